@@ -1,0 +1,131 @@
+// Package rego wraps the OPA v1 Go API for qn-admission: it compiles a policy
+// set once, with the network built-ins removed, and prepares one query per
+// role that returns the role's deny, warn and patch sets in a single
+// evaluation. It knows nothing of HTTP or of roles beyond a list of packages.
+package rego
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+)
+
+// Module is one Rego source file of a policy set.
+type Module struct {
+	// Path names the file in error messages ("quantumnode.rego").
+	Path   string
+	Source string
+}
+
+// CompileOptions tune how a policy set is compiled.
+type CompileOptions struct {
+	// AllowNetwork keeps http.send, net.lookup_ip_addr and opa.runtime
+	// available. Off by default: an admission decision must not wait on the
+	// network, and a policy that calls them fails to compile instead.
+	AllowNetwork bool
+}
+
+// networkBuiltins are removed from the capabilities unless AllowNetwork is set.
+var networkBuiltins = map[string]bool{
+	"http.send":          true,
+	"net.lookup_ip_addr": true,
+	"opa.runtime":        true,
+}
+
+// Compiled is a whole policy set compiled together: every module and the data
+// document. It is immutable and safe for concurrent use.
+type Compiled struct {
+	compiler *ast.Compiler
+	store    storage.Store
+	modules  map[string]*ast.Module
+	packages map[string]bool
+	opts     CompileOptions
+}
+
+// Capabilities returns the OPA capabilities a policy set is compiled against.
+func Capabilities(opts CompileOptions) *ast.Capabilities {
+	caps := ast.CapabilitiesForThisVersion()
+	if opts.AllowNetwork {
+		return caps
+	}
+	kept := caps.Builtins[:0:0]
+	for _, b := range caps.Builtins {
+		if !networkBuiltins[b.Name] {
+			kept = append(kept, b)
+		}
+	}
+	caps.Builtins = kept
+	caps.AllowNet = []string{}
+	return caps
+}
+
+// Compile parses and compiles modules together with data (the document
+// policies read as data). Errors name the file, line and column.
+func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compiled, error) {
+	parsed := make(map[string]*ast.Module, len(modules))
+	var errs []string
+	for _, m := range modules {
+		mod, err := ast.ParseModuleWithOpts(m.Path, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		parsed[m.Path] = mod
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("parse policies: %s", strings.Join(errs, "; "))
+	}
+	compiler := ast.NewCompiler().
+		WithCapabilities(Capabilities(opts)).
+		WithEnablePrintStatements(false)
+	if compiler.Compile(parsed); compiler.Failed() {
+		return nil, fmt.Errorf("compile policies: %w", compiler.Errors)
+	}
+	if data == nil {
+		data = map[string]any{}
+	}
+	packages := map[string]bool{}
+	for _, mod := range parsed {
+		packages[PackageName(mod)] = true
+	}
+	return &Compiled{
+		compiler: compiler,
+		store:    inmem.NewFromObject(data),
+		modules:  parsed,
+		packages: packages,
+		opts:     opts,
+	}, nil
+}
+
+// PackageName is a module's package as users write it in roles.yaml
+// ("qn.quantumnode"), without the leading "data.".
+func PackageName(mod *ast.Module) string {
+	return strings.TrimPrefix(mod.Package.Path.String(), "data.")
+}
+
+// HasPackage reports whether any module of the set declares package name.
+func (c *Compiled) HasPackage(name string) bool { return c.packages[name] }
+
+// Packages lists the set's packages, sorted.
+func (c *Compiled) Packages() []string {
+	out := make([]string, 0, len(c.packages))
+	for p := range c.packages {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Compiler exposes the compiled set, for the Rego test runner.
+func (c *Compiled) Compiler() *ast.Compiler { return c.compiler }
+
+// Store exposes the data document, for the Rego test runner.
+func (c *Compiled) Store() storage.Store { return c.store }
+
+// Modules exposes the parsed modules keyed by file path.
+func (c *Compiled) Modules() map[string]*ast.Module { return c.modules }
+
