@@ -128,4 +128,3 @@ func (c *Compiled) Store() storage.Store { return c.store }
 
 // Modules exposes the parsed modules keyed by file path.
 func (c *Compiled) Modules() map[string]*ast.Module { return c.modules }
-

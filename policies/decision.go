@@ -1,0 +1,49 @@
+package policies
+
+import (
+	"net/http"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Decision is the engine's answer to one request. The webhook maps it onto
+// an AdmissionResponse in one place.
+type Decision struct {
+	Allowed bool
+	// Code is the HTTP-style status code the apiserver shows the user:
+	// 200 allowed, 400 malformed, 403 forbidden by policy, 429 rate window
+	// full, 500 our own failure.
+	Code   int32
+	Reason metav1.StatusReason
+	// Message is one sentence a person can act on (every reason, joined).
+	Message  string
+	Warnings []string
+	// Patch is a JSONPatch (RFC 6902) document; only mutations carry one,
+	// and only when the object actually changes.
+	Patch []byte
+	// Reasons are the individual deny messages, for the decision log.
+	Reasons []string
+	// Role and Revision say which role and policy revision decided.
+	Role     string
+	Revision string
+}
+
+// Allow admits with optional warnings.
+func Allow(warnings ...string) Decision {
+	return Decision{Allowed: true, Code: http.StatusOK, Warnings: warnings}
+}
+
+// Deny refuses with a code, a machine reason and a message for a person.
+func Deny(code int32, reason metav1.StatusReason, message string) Decision {
+	return Decision{Code: code, Reason: reason, Message: message}
+}
+
+// BadRequest refuses a request that is malformed or crafted.
+func BadRequest(message string) Decision {
+	return Deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, message)
+}
+
+// InternalError refuses because the engine could not reach a decision.
+func InternalError(message string) Decision {
+	return Deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, message)
+}

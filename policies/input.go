@@ -1,0 +1,58 @@
+// Package policies is the decision engine of qn-admission: it picks the role
+// a request runs under, checks the operation is one the role may perform,
+// evaluates the role's Rego policies and composes one Decision. It knows
+// nothing of HTTP; the webhook package turns requests into Input and
+// Decisions into AdmissionReview responses.
+package policies
+
+import (
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+// RoleAnnotation routes a request to a role's policy set.
+const RoleAnnotation = "qn-role"
+
+// Input is one admission request as the engine reads it: the raw request and
+// the context extracted from it.
+type Input struct {
+	Request *admissionv1.AdmissionRequest
+	Context Context
+}
+
+// Context is what the webhook extracted from a request. Policies see it as
+// input.context; its JSON names are part of the policy API.
+type Context struct {
+	UID         string              `json:"uid"`
+	User        string              `json:"user"`
+	UserUID     string              `json:"userUID,omitempty"`
+	Groups      []string            `json:"groups"`
+	Extra       map[string][]string `json:"extra,omitempty"`
+	Operation   string              `json:"operation"`
+	Kind        GroupVersionKind    `json:"kind"`
+	Resource    GroupVersionRes     `json:"resource"`
+	SubResource string              `json:"subResource,omitempty"`
+	Namespace   string              `json:"namespace"`
+	Name        string              `json:"name"`
+	Labels      map[string]string   `json:"labels"`
+	Annotations map[string]string   `json:"annotations"`
+	// Role is the value of the qn-role annotation, empty when absent.
+	Role   string    `json:"role"`
+	DryRun bool      `json:"dryRun"`
+	Time   time.Time `json:"time"`
+}
+
+// GroupVersionKind names a kind the way policies read it.
+type GroupVersionKind struct {
+	Group   string `json:"group"`
+	Version string `json:"version"`
+	Kind    string `json:"kind"`
+}
+
+// GroupVersionRes names a resource the way policies read it.
+type GroupVersionRes struct {
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Resource string `json:"resource"`
+}

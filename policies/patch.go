@@ -1,0 +1,46 @@
+package policies
+
+import (
+	"encoding/json"
+	"fmt"
+
+	jsonpatchapply "github.com/evanphx/json-patch/v5"
+	"gomodules.xyz/jsonpatch/v2"
+
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// diffPatch applies the policies' operations to object and returns the
+// JSONPatch from the object as sent to the object as patched. Going through
+// the diff means a no-op (a label already set) yields no patch, and adds
+// under a missing parent (no metadata.labels yet) create the parent.
+func diffPatch(object []byte, ops []rego.PatchOp) ([]byte, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	if len(object) == 0 {
+		return nil, fmt.Errorf("policies proposed %d patch operations but the request carries no object", len(ops))
+	}
+	opsJSON, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encode patch operations: %w", err)
+	}
+	p, err := jsonpatchapply.DecodePatch(opsJSON)
+	if err != nil {
+		return nil, fmt.Errorf("decode patch operations %s: %w", opsJSON, err)
+	}
+	opts := jsonpatchapply.NewApplyOptions()
+	opts.EnsurePathExistsOnAdd = true
+	patched, err := p.ApplyWithOptions(object, opts)
+	if err != nil {
+		return nil, fmt.Errorf("apply patch operations %s: %w", opsJSON, err)
+	}
+	diff, err := jsonpatch.CreatePatch(object, patched)
+	if err != nil {
+		return nil, fmt.Errorf("diff patched object: %w", err)
+	}
+	if len(diff) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(diff)
+}
