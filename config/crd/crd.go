@@ -1,0 +1,44 @@
+// Package crd embeds the QuantumNode CustomResourceDefinition, the one copy
+// that tests, the Helm chart and the docs use.
+package crd
+
+import (
+	_ "embed"
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// FileName is the name of the embedded manifest inside config/crd.
+const FileName = "qn.dev_quantumnodes.yaml"
+
+// QuantumNodeYAML is the QuantumNode CRD manifest exactly as it is on disk.
+//
+//go:embed qn.dev_quantumnodes.yaml
+var QuantumNodeYAML []byte
+
+// QuantumNode decodes the embedded manifest into a fresh CRD value, which
+// the caller may change.
+func QuantumNode() (*apiextensionsv1.CustomResourceDefinition, error) {
+	crd, err := Decode(QuantumNodeYAML)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", FileName, err)
+	}
+	return crd, nil
+}
+
+// Decode reads one CustomResourceDefinition manifest, YAML or JSON. Decoding
+// is strict: an unknown or duplicated field is an error, so a typo in the
+// manifest fails here instead of being silently dropped.
+func Decode(manifest []byte) (*apiextensionsv1.CustomResourceDefinition, error) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(manifest, crd); err != nil {
+		return nil, fmt.Errorf("decode CustomResourceDefinition: %w", err)
+	}
+	// Strict decoding still accepts any kind: say so when it is not a CRD.
+	if gvk := crd.GroupVersionKind(); gvk != apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition") {
+		return nil, fmt.Errorf("decode CustomResourceDefinition: the manifest is apiVersion %q kind %q", crd.APIVersion, crd.Kind)
+	}
+	return crd, nil
+}

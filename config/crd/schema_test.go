@@ -1,0 +1,113 @@
+package crd_test
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/install"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
+	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/quantumnode/qn-admission/config/crd"
+)
+
+// toInternal defaults a v1 CRD and converts it to the internal version, the
+// way the apiserver's decoder does before it validates a create.
+func toInternal(t *testing.T, in *apiextensionsv1.CustomResourceDefinition) *apiextensions.CustomResourceDefinition {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	in = in.DeepCopy()
+	scheme.Default(in)
+	out := &apiextensions.CustomResourceDefinition{}
+	if err := scheme.Convert(in, out, nil); err != nil {
+		t.Fatalf("convert the CRD to the internal version: %v", err)
+	}
+	// The CRD registry's PrepareForCreate records the storage version.
+	for _, v := range out.Spec.Versions {
+		if v.Storage {
+			out.Status.StoredVersions = []string{v.Name}
+		}
+	}
+	return out
+}
+
+// loadCRD decodes the embedded manifest or stops the test.
+func loadCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	c, err := crd.QuantumNode()
+	if err != nil {
+		t.Fatalf("decode the embedded CRD: %v", err)
+	}
+	return c
+}
+
+// objectSchema validates custom resources the way the apiserver's
+// customresource strategy does on create: OpenAPI schema, metadata, embedded
+// resources, list-type map and set keys, and x-kubernetes-validations (CEL).
+type objectSchema struct {
+	validator  apiservervalidation.SchemaValidator
+	structural *structuralschema.Structural
+	cel        *cel.Validator
+}
+
+func newObjectSchema(t *testing.T, c *apiextensionsv1.CustomResourceDefinition, version string) *objectSchema {
+	t.Helper()
+	var props *apiextensionsv1.JSONSchemaProps
+	for _, v := range c.Spec.Versions {
+		if v.Name == version && v.Schema != nil {
+			props = v.Schema.OpenAPIV3Schema
+		}
+	}
+	if props == nil {
+		t.Fatalf("the CRD has no schema for version %q", version)
+	}
+	internal := &apiextensions.JSONSchemaProps{}
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(props, internal, nil); err != nil {
+		t.Fatalf("convert the %s schema to the internal version: %v", version, err)
+	}
+	validator, _, err := apiservervalidation.NewSchemaValidator(internal)
+	if err != nil {
+		t.Fatalf("build the %s schema validator: %v", version, err)
+	}
+	structural, err := structuralschema.NewStructural(internal)
+	if err != nil {
+		t.Fatalf("the %s schema is not structural: %v", version, err)
+	}
+	return &objectSchema{
+		validator:  validator,
+		structural: structural,
+		cel:        cel.NewValidator(structural, true, celconfig.PerCallLimit), // nil without rules
+	}
+}
+
+// validate returns every error the apiserver would report creating obj.
+func (s *objectSchema) validate(obj map[string]any) field.ErrorList {
+	u := &unstructured.Unstructured{Object: obj}
+	errs := apivalidation.ValidateObjectMetaAccessor(u, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, obj, s.validator)...)
+	errs = append(errs, schemaobjectmeta.Validate(nil, obj, s.structural, false)...)
+	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, s.structural, obj)...)
+	if s.cel != nil {
+		celErrs, _ := s.cel.Validate(context.Background(), nil, s.structural, obj, nil, celconfig.RuntimeCELCostBudget)
+		errs = append(errs, celErrs...)
+	}
+	return errs
+}
+
+// unknownFields lists the paths the apiserver would prune from obj (and
+// reject under fieldValidation=Strict). obj itself is left as it is.
+func (s *objectSchema) unknownFields(obj map[string]any) []string {
+	return pruning.PruneWithOptions(runtime.DeepCopyJSON(obj), s.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+}
