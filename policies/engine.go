@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -98,11 +100,7 @@ func (e *Engine) mutate(ctx context.Context, set *Set, in *Input) Decision {
 		d.Role = roleName
 		return d
 	}
-	var object []byte
-	if in.Request != nil {
-		object = in.Request.Object.Raw
-	}
-	patch, err := diffPatch(object, res.Patch)
+	patch, err := diffPatch(in.Object, res.Patch)
 	if err != nil {
 		d := InternalError(fmt.Sprintf("role %q: %v", roleName, err))
 		d.Role = roleName
@@ -131,9 +129,15 @@ func resolveRole(set *Set, in *Input) (string, Role, Decision, bool) {
 
 // policyInput is the document Rego sees as input.
 type policyInput struct {
-	Request any     `json:"request"`
-	Context Context `json:"context"`
+	Request *admissionv1.AdmissionRequest `json:"request"`
+	Context Context                       `json:"context"`
 }
+
+var (
+	objectKey    = ast.StringTerm("object")
+	oldObjectKey = ast.StringTerm("oldObject")
+	requestKey   = ast.StringTerm("request")
+)
 
 func evaluate(ctx context.Context, set *Set, role string, in *Input) (rego.Result, error) {
 	q, ok := set.Query(role)
@@ -148,15 +152,39 @@ func evaluate(ctx context.Context, set *Set, role string, in *Input) (rego.Resul
 }
 
 // inputValue builds the parsed Rego input once per request, so OPA does not
-// convert it again.
+// convert it again. The objects come from their decoded form, not from the
+// raw bytes, so policies judge exactly what the webhook validated.
 func inputValue(in *Input) (ast.Value, error) {
-	raw, err := json.Marshal(policyInput{Request: in.Request, Context: in.Context})
+	var req *admissionv1.AdmissionRequest
+	if in.Request != nil {
+		shallow := *in.Request
+		shallow.Object, shallow.OldObject = runtime.RawExtension{}, runtime.RawExtension{}
+		req = &shallow
+	}
+	raw, err := json.Marshal(policyInput{Request: req, Context: in.Context})
 	if err != nil {
 		return nil, fmt.Errorf("encode policy input: %w", err)
 	}
 	v, err := ast.ValueFromReader(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("parse policy input: %w", err)
+	}
+	if req == nil {
+		return v, nil
+	}
+	request, ok := v.(ast.Object).Get(requestKey).Value.(ast.Object)
+	if !ok {
+		return nil, fmt.Errorf("policy input has no request object")
+	}
+	for key, obj := range map[*ast.Term]map[string]any{objectKey: in.Object, oldObjectKey: in.OldObject} {
+		if obj == nil {
+			continue
+		}
+		value, err := ast.InterfaceToValue(obj)
+		if err != nil {
+			return nil, fmt.Errorf("convert request.%s for policies: %w", key.Value, err)
+		}
+		request.Insert(key, ast.NewTerm(value))
 	}
 	return v, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/quantumnode/qn-admission/rego"
@@ -44,13 +45,14 @@ func qnInput(op string, object, oldObject string) *Input {
 		Operation: op, Namespace: "edge", Name: "edge-1",
 		Kind: GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"},
 	}}
-	var meta struct {
-		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
+	if object != "" {
+		_ = json.Unmarshal([]byte(object), &in.Object)
+		annotations, _, _ := unstructured.NestedStringMap(in.Object, "metadata", "annotations")
+		in.Context.Role = annotations[RoleAnnotation]
 	}
-	_ = json.Unmarshal([]byte(object), &meta)
-	in.Context.Role = meta.Metadata.Annotations[RoleAnnotation]
+	if oldObject != "" {
+		_ = json.Unmarshal([]byte(oldObject), &in.OldObject)
+	}
 	return in
 }
 

@@ -14,11 +14,16 @@ import (
 // RoleAnnotation routes a request to a role's policy set.
 const RoleAnnotation = "qn-role"
 
-// Input is one admission request as the engine reads it: the raw request and
-// the context extracted from it.
+// Input is one admission request as the engine reads it: the request, its
+// object and oldObject decoded once (duplicate keys already refused), and the
+// context extracted from it.
 type Input struct {
 	Request *admissionv1.AdmissionRequest
-	Context Context
+	// Object and OldObject are Request.Object and Request.OldObject decoded;
+	// nil when absent. Policies read these, never the raw bytes.
+	Object    map[string]any
+	OldObject map[string]any
+	Context   Context
 }
 
 // Context is what the webhook extracted from a request. Policies see it as

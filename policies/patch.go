@@ -14,12 +14,18 @@ import (
 // JSONPatch from the object as sent to the object as patched. Going through
 // the diff means a no-op (a label already set) yields no patch, and adds
 // under a missing parent (no metadata.labels yet) create the parent.
-func diffPatch(object []byte, ops []rego.PatchOp) ([]byte, error) {
+func diffPatch(decoded map[string]any, ops []rego.PatchOp) ([]byte, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	if len(object) == 0 {
+	if decoded == nil {
 		return nil, fmt.Errorf("policies proposed %d patch operations but the request carries no object", len(ops))
+	}
+	// Diff against the object as decoded, so the patch is relative to what
+	// policies saw; JSON Patch paths are independent of key order.
+	object, err := json.Marshal(decoded)
+	if err != nil {
+		return nil, fmt.Errorf("encode object for patching: %w", err)
 	}
 	opsJSON, err := json.Marshal(ops)
 	if err != nil {

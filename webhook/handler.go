@@ -1,0 +1,191 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/quantumnode/qn-admission/policies"
+)
+
+// Decider answers admission requests. *policies.Engine is the real one.
+type Decider interface {
+	Validate(ctx context.Context, in *policies.Input) policies.Decision
+	Mutate(ctx context.Context, in *policies.Input) policies.Decision
+}
+
+// HandlerOptions configure the admission HTTP handler.
+type HandlerOptions struct {
+	// MaxRequestBytes caps a request body (413 above). Default 7 MiB.
+	MaxRequestBytes int64
+	// Clock stamps request time; tests inject a fake one.
+	Clock clock.PassiveClock
+	// Logger receives one decision line per request.
+	Logger *slog.Logger
+	// Metrics, when set, counts requests and latencies.
+	Metrics *Metrics
+}
+
+const (
+	pathValidate = "/validate"
+	pathMutate   = "/mutate"
+	uidKey       = "qn.uid"
+)
+
+// NewHandler routes POST /validate and POST /mutate to d. It uses gin as the
+// router only: recovery, decoding and responses are ours, because a webhook
+// must answer every failure with a well-formed AdmissionReview.
+func NewHandler(d Decider, opts HandlerOptions) http.Handler {
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.Use(recoverWithReview(opts.Logger))
+	h := &handler{decider: d, opts: opts}
+	r.POST(pathValidate, h.serve("validate", false))
+	r.POST(pathMutate, h.serve("mutate", true))
+	r.NoMethod(func(c *gin.Context) {
+		writeRequestError(c.Writer, &requestError{status: http.StatusMethodNotAllowed,
+			message: fmt.Sprintf("method %s is not allowed on %s; the apiserver sends POST", c.Request.Method, c.Request.URL.Path)})
+	})
+	r.NoRoute(func(c *gin.Context) {
+		writeRequestError(c.Writer, &requestError{status: http.StatusNotFound,
+			message: fmt.Sprintf("no webhook at %s; use %s or %s", c.Request.URL.Path, pathValidate, pathMutate)})
+	})
+	return r
+}
+
+type handler struct {
+	decider Decider
+	opts    HandlerOptions
+}
+
+func (h *handler) serve(webhook string, mutating bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		rev, reqErr := decodeReview(c.Request, h.opts.MaxRequestBytes)
+		if reqErr != nil {
+			h.log(c.Request.Context(), webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
+			writeRequestError(c.Writer, reqErr)
+			return
+		}
+		uid := rev.Request.UID
+		c.Set(uidKey, uid)
+		in, err := extractInput(rev.Request, h.opts.Clock.Now())
+		if err != nil {
+			reqErr = badRequest(uid, "%v", err)
+			h.log(c.Request.Context(), webhook, &policies.Input{Request: rev.Request}, policies.BadRequest(reqErr.message), start)
+			writeRequestError(c.Writer, reqErr)
+			return
+		}
+		var d policies.Decision
+		if mutating {
+			d = h.decider.Mutate(c.Request.Context(), in)
+		} else {
+			d = h.decider.Validate(c.Request.Context(), in)
+		}
+		writeReview(c.Writer, http.StatusOK, review(uid, d, mutating))
+		h.log(c.Request.Context(), webhook, in, d, start)
+	}
+}
+
+// log writes the decision line and the metrics of one request. Object bodies
+// are never logged.
+func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
+	elapsed := time.Since(start)
+	outcome := "allowed"
+	switch {
+	case d.Code >= 500:
+		outcome = "error"
+	case !d.Allowed:
+		outcome = "denied"
+	}
+	if m := h.opts.Metrics; m != nil {
+		m.requests.WithLabelValues(webhook, d.Role, outcome, strconv.Itoa(int(d.Code))).Inc()
+		m.latency.WithLabelValues(webhook).Observe(elapsed.Seconds())
+	}
+	attrs := []slog.Attr{
+		slog.String("webhook", webhook),
+		slog.String("decision", outcome),
+		slog.Int("code", int(d.Code)),
+		slog.Float64("latencyMs", float64(elapsed.Microseconds())/1000),
+	}
+	if in != nil && in.Request != nil {
+		r := in.Request
+		attrs = append(attrs,
+			slog.String("uid", string(r.UID)),
+			slog.String("user", r.UserInfo.Username),
+			slog.Any("groups", r.UserInfo.Groups),
+			slog.String("operation", string(r.Operation)),
+			slog.String("kind", r.Kind.Kind),
+			slog.String("namespace", r.Namespace),
+			slog.String("name", r.Name),
+			slog.Bool("dryRun", r.DryRun != nil && *r.DryRun),
+		)
+	}
+	if d.Role != "" {
+		attrs = append(attrs, slog.String("role", d.Role))
+	}
+	if d.Revision != "" {
+		attrs = append(attrs, slog.String("revision", d.Revision))
+	}
+	if !d.Allowed {
+		reasons := d.Reasons
+		if len(reasons) == 0 {
+			reasons = []string{d.Message}
+		}
+		attrs = append(attrs, slog.Any("reasons", reasons))
+	}
+	if len(d.Warnings) > 0 {
+		attrs = append(attrs, slog.Any("warnings", d.Warnings))
+	}
+	if len(d.Patch) > 0 {
+		attrs = append(attrs, slog.Int("patchBytes", len(d.Patch)))
+	}
+	h.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "admission decision", attrs...)
+}
+
+// recoverWithReview turns a panic into a 500 AdmissionReview that still
+// carries the request's uid, so the apiserver gets an answer (and applies
+// its failurePolicy with our message) instead of a dropped connection.
+func recoverWithReview(logger *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			var uid types.UID
+			if v, ok := c.Get(uidKey); ok {
+				uid, _ = v.(types.UID)
+			}
+			logger.Error("panic while handling admission request", "uid", string(uid), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if c.Writer.Written() {
+				return
+			}
+			d := policies.InternalError(fmt.Sprintf("qn-webhook failed while handling this request (internal error: %v); it keeps serving", p))
+			writeReview(c.Writer, http.StatusInternalServerError, review(uid, d, false))
+			c.Abort()
+		}()
+		c.Next()
+	}
+}

@@ -1,0 +1,273 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// fakeDecider is a struct of funcs: each test sets only what it needs.
+type fakeDecider struct {
+	validate func(context.Context, *policies.Input) policies.Decision
+	mutate   func(context.Context, *policies.Input) policies.Decision
+}
+
+func (f fakeDecider) Validate(ctx context.Context, in *policies.Input) policies.Decision {
+	return f.validate(ctx, in)
+}
+func (f fakeDecider) Mutate(ctx context.Context, in *policies.Input) policies.Decision {
+	return f.mutate(ctx, in)
+}
+
+func bundledHandler(t *testing.T) http.Handler {
+	t.Helper()
+	set, err := policies.Load(context.Background(), rego.Bundled(), policies.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewHandler(policies.NewEngine(set), HandlerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+const validObject = `{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-1","namespace":"edge"},"spec":{"hardware":{"arch":"arm64"},"services":[{"name":"mqtt","port":8883}]}}`
+
+func reviewBody(op, object string) string {
+	return `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"7f0b2d1c-0001","kind":{"group":"qn.dev","version":"v1alpha1","kind":"QuantumNode"},"resource":{"group":"qn.dev","version":"v1alpha1","resource":"quantumnodes"},"namespace":"edge","name":"edge-1","operation":"` + op + `","userInfo":{"username":"alice","groups":["edge-ops"]},"object":` + object + `}}`
+}
+
+type answer struct {
+	status int
+	review admissionv1.AdmissionReview
+	raw    string
+}
+
+func post(t *testing.T, h http.Handler, method, path, contentType, body string) answer {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	a := answer{status: rec.Code, raw: rec.Body.String()}
+	if err := json.Unmarshal(rec.Body.Bytes(), &a.review); err != nil {
+		t.Fatalf("response is not JSON: %v: %s", err, rec.Body.String())
+	}
+	if a.review.APIVersion != "admission.k8s.io/v1" || a.review.Kind != "AdmissionReview" || a.review.Response == nil {
+		t.Fatalf("response is not a well-formed AdmissionReview: %s", rec.Body.String())
+	}
+	return a
+}
+
+func TestBadInputGetsAClearAnswer(t *testing.T) {
+	big := reviewBody("CREATE", `{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"x","annotations":{"pad":"`+strings.Repeat("x", DefaultMaxRequestBytes)+`"}}}`)
+	cases := map[string]struct {
+		method, path, contentType, body string
+		wantStatus                      int
+		wantCode                        int32
+		wantUID                         string
+		wantMessage                     string
+	}{
+		"an empty body": {
+			body: "", wantStatus: 400, wantCode: 400, wantMessage: "request body is empty",
+		},
+		"a body that is not JSON": {
+			body: "apiVersion: admission.k8s.io/v1", wantStatus: 400, wantCode: 400, wantMessage: "request body is not an AdmissionReview: invalid character 'a'",
+		},
+		"JSON of the wrong shape": {
+			body: `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":"yes"}`, wantStatus: 400, wantCode: 400,
+			wantMessage: "cannot unmarshal string into field AdmissionReview.request",
+		},
+		"a JSON array": {
+			body: `[1,2]`, wantStatus: 400, wantCode: 400, wantMessage: "cannot unmarshal array",
+		},
+		"an AdmissionReview of another version": {
+			body: strings.Replace(reviewBody("CREATE", validObject), "admission.k8s.io/v1", "admission.k8s.io/v1beta1", 1), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: `expected apiVersion "admission.k8s.io/v1" and kind "AdmissionReview", got apiVersion "admission.k8s.io/v1beta1"`,
+		},
+		"a review with no request": {
+			body: `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, wantStatus: 400, wantCode: 400, wantMessage: "AdmissionReview has no request",
+		},
+		"a request with no uid": {
+			body: strings.Replace(reviewBody("CREATE", validObject), `"uid":"7f0b2d1c-0001",`, "", 1), wantStatus: 400, wantCode: 400, wantMessage: "AdmissionReview request has no uid",
+		},
+		"an unknown operation": {
+			body: reviewBody("PATCH", validObject), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: `request.operation "PATCH" is not one of CREATE, UPDATE, DELETE, CONNECT`,
+		},
+		"duplicate keys in the envelope": {
+			body: strings.Replace(reviewBody("CREATE", validObject), `"operation":"CREATE"`, `"operation":"DELETE","operation":"CREATE"`, 1), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: `request body is ambiguous: duplicate field "request.operation"`,
+		},
+		"duplicate keys deep inside the object": {
+			body: reviewBody("CREATE", strings.Replace(validObject, `"arch":"arm64"`, `"arch":"arm64","arch":"riscv"`, 1)), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: `request.object is ambiguous: duplicate field "spec.hardware.arch"`,
+		},
+		"keys in the wrong case are not the fields they resemble": {
+			body: strings.Replace(reviewBody("CREATE", validObject), `"uid":`, `"UID":`, 1), wantStatus: 400, wantCode: 400, wantMessage: "AdmissionReview request has no uid",
+		},
+		"an object of another kind than the request says": {
+			body: reviewBody("CREATE", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"edge-1"}}`), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: `request.object is apiVersion "apps/v1" kind "Deployment", but request.kind says qn.dev/v1alpha1 QuantumNode`,
+		},
+		"a QuantumNode kind on another resource": {
+			body: strings.Replace(reviewBody("CREATE", validObject), `"resource":"quantumnodes"`, `"resource":"configmaps"`, 1), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: "request.kind qn.dev/v1alpha1 QuantumNode does not match request.resource qn.dev/v1alpha1 configmaps",
+		},
+		"an object that is not a JSON object": {
+			body: reviewBody("CREATE", `"edge-1"`), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: "request.object is not a JSON object",
+		},
+		"labels that are not strings": {
+			body: reviewBody("CREATE", strings.Replace(validObject, `"name":"edge-1",`, `"name":"edge-1","labels":{"a":1},`, 1)), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: `metadata.labels["a"] is int64, not a string`,
+		},
+		"a body one byte over 7 MiB": {
+			body: big, wantStatus: 413, wantCode: 413, wantMessage: "request body exceeds 7340032 bytes",
+		},
+		"a Content-Type other than JSON": {
+			contentType: "application/yaml", body: reviewBody("CREATE", validObject), wantStatus: 415, wantCode: 415,
+			wantMessage: `Content-Type "application/yaml" is not supported; send application/json`,
+		},
+		"a GET": {
+			method: http.MethodGet, wantStatus: 405, wantCode: 405, wantMessage: "method GET is not allowed on /validate",
+		},
+		"an unknown path": {
+			path: "/admit", body: reviewBody("CREATE", validObject), wantStatus: 404, wantCode: 404, wantMessage: "no webhook at /admit; use /validate or /mutate",
+		},
+	}
+	h := bundledHandler(t)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			method, path, ct := tc.method, tc.path, tc.contentType
+			if method == "" {
+				method = http.MethodPost
+			}
+			if path == "" {
+				path = "/validate"
+			}
+			if ct == "" {
+				ct = "application/json"
+			}
+			a := post(t, h, method, path, ct, tc.body)
+			r := a.review.Response
+			if a.status != tc.wantStatus || r.Allowed || r.Result == nil || r.Result.Code != tc.wantCode {
+				t.Fatalf("status %d code %v allowed %v, want status %d code %d denied: %s", a.status, r.Result, r.Allowed, tc.wantStatus, tc.wantCode, a.raw)
+			}
+			if string(r.UID) != tc.wantUID {
+				t.Errorf("uid %q, want %q", r.UID, tc.wantUID)
+			}
+			if !strings.Contains(r.Result.Message, tc.wantMessage) {
+				t.Errorf("message %q does not contain %q", r.Result.Message, tc.wantMessage)
+			}
+			if r.Patch != nil {
+				t.Errorf("a refusal carries no patch")
+			}
+		})
+	}
+	// The server keeps serving after all of that.
+	a := post(t, h, http.MethodPost, "/validate", "application/json", reviewBody("CREATE", validObject))
+	if a.status != 200 || !a.review.Response.Allowed {
+		t.Fatalf("a valid request after the bad ones should be admitted: %s", a.raw)
+	}
+}
+
+func TestResponsesAreExact(t *testing.T) {
+	h := bundledHandler(t)
+	cases := map[string]struct {
+		path, body string
+		want       string
+	}{
+		"an admitted validation echoes the uid and carries no patch": {
+			path: "/validate", body: reviewBody("CREATE", validObject),
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200}}}`,
+		},
+		"a mutation sends a JSONPatch with its type": {
+			path: "/mutate", body: reviewBody("CREATE", validObject),
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"patch":"W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2xhYmVscyIsInZhbHVlIjp7InFuLmRldi9tYW5hZ2VkLWJ5IjoicW4tYWRtaXNzaW9uIn19XQ==","patchType":"JSONPatch"}}`,
+		},
+		"a mutation with nothing to change sends no patch": {
+			path: "/mutate", body: reviewBody("CREATE", strings.Replace(validObject, `"namespace":"edge"`, `"namespace":"edge","labels":{"qn.dev/managed-by":"qn-admission"}`, 1)),
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200}}}`,
+		},
+		"a denial is a 403 with every reason": {
+			path: "/validate", body: reviewBody("CREATE", strings.Replace(validObject, `[{"name":"mqtt","port":8883}]`, `[{"name":"mqtt","port":8883},{"name":"mqtt","port":8884}]`, 1)),
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":false,"status":{"metadata":{},"status":"Failure","message":"denied by qn-admission (role \"default\"): service name \"mqtt\" is declared 2 times (spec.services[0], spec.services[1]); service names must be unique","reason":"Forbidden","code":403}}}`,
+		},
+		"a warning is admitted with the warning": {
+			path: "/validate", body: reviewBody("CREATE", strings.Replace(validObject, "8883", "443", 1)),
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"warnings":["spec.services[0] (mqtt) uses privileged port 443: the edge node must allow binding ports below 1024"]}}`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			a := post(t, h, http.MethodPost, tc.path, "application/json", tc.body)
+			if a.status != 200 || a.raw != tc.want {
+				t.Fatalf("got %d %s\nwant     %s", a.status, a.raw, tc.want)
+			}
+		})
+	}
+}
+
+func TestPanicBecomesA500WithTheUID(t *testing.T) {
+	calls := 0
+	h := NewHandler(fakeDecider{validate: func(context.Context, *policies.Input) policies.Decision {
+		calls++
+		if calls == 1 {
+			panic("policy table is nil")
+		}
+		return policies.Allow()
+	}}, HandlerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a := post(t, h, http.MethodPost, "/validate", "application/json", reviewBody("CREATE", validObject))
+	r := a.review.Response
+	if a.status != 500 || r.Allowed || r.UID != "7f0b2d1c-0001" || r.Result.Code != 500 || !strings.Contains(r.Result.Message, "policy table is nil") {
+		t.Fatalf("want a 500 review with the uid and the cause, got %d %s", a.status, a.raw)
+	}
+	if a = post(t, h, http.MethodPost, "/validate", "application/json", reviewBody("CREATE", validObject)); a.status != 200 || !a.review.Response.Allowed {
+		t.Fatalf("the server should keep serving after a panic, got %s", a.raw)
+	}
+}
+
+func TestContextExtraction(t *testing.T) {
+	var got policies.Input
+	h := NewHandler(fakeDecider{validate: func(_ context.Context, in *policies.Input) policies.Decision {
+		got = *in
+		return policies.Allow()
+	}}, HandlerOptions{
+		Clock:  clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-2","kind":{"group":"qn.dev","version":"v1alpha1","kind":"QuantumNode"},"resource":{"group":"qn.dev","version":"v1alpha1","resource":"quantumnodes"},"subResource":"","namespace":"edge","name":"edge-1","operation":"DELETE","dryRun":true,"userInfo":{"username":"bob","uid":"b-1","groups":["g1","g2"],"extra":{"scopes":["a"]}},"oldObject":{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-1","labels":{"priority":"low"},"annotations":{"qn-role":"batch"}},"spec":{}}}}`
+	a := post(t, h, http.MethodPost, "/validate", "application/json", body)
+	if a.status != 200 {
+		t.Fatalf("unexpected answer %s", a.raw)
+	}
+	c := got.Context
+	want := policies.Context{
+		UID: "u-2", User: "bob", UserUID: "b-1", Groups: []string{"g1", "g2"}, Extra: map[string][]string{"scopes": {"a"}},
+		Operation: "DELETE", Kind: policies.GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"},
+		Resource:  policies.GroupVersionRes{Group: "qn.dev", Version: "v1alpha1", Resource: "quantumnodes"},
+		Namespace: "edge", Name: "edge-1", Labels: map[string]string{"priority": "low"}, Annotations: map[string]string{"qn-role": "batch"},
+		Role: "batch", DryRun: true, Time: time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC),
+	}
+	gotJSON, _ := json.Marshal(c)
+	wantJSON, _ := json.Marshal(want)
+	if !bytes.Equal(gotJSON, wantJSON) {
+		t.Fatalf("context\n got %s\nwant %s", gotJSON, wantJSON)
+	}
+	if got.Object != nil || got.OldObject["kind"] != "QuantumNode" {
+		t.Fatalf("a DELETE has only oldObject decoded, got object=%v old=%v", got.Object, got.OldObject)
+	}
+}

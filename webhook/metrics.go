@@ -1,0 +1,28 @@
+package webhook
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the webhook's Prometheus series.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// NewMetrics registers the webhook's series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_requests_total",
+			Help: "Admission requests answered, by webhook (validate|mutate), role, decision (allowed|denied|error) and code.",
+		}, []string{"webhook", "role", "decision", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "qn_admission_request_duration_seconds",
+			Help:    "Time from request received to response written, by webhook.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"webhook"}),
+	}
+	reg.MustRegister(m.requests, m.latency)
+	return m
+}

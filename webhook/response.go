@@ -1,0 +1,87 @@
+package webhook
+
+import (
+	"encoding/json"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/quantumnode/qn-admission/policies"
+)
+
+// review wraps a response in the AdmissionReview envelope the apiserver
+// expects: apiVersion, kind and the request's uid always echoed.
+func review(uid types.UID, d policies.Decision, mutating bool) *admissionv1.AdmissionReview {
+	resp := &admissionv1.AdmissionResponse{
+		UID:      uid,
+		Allowed:  d.Allowed,
+		Warnings: d.Warnings,
+		Result: &metav1.Status{
+			Code:    d.Code,
+			Reason:  d.Reason,
+			Message: d.Message,
+		},
+	}
+	if !d.Allowed {
+		resp.Result.Status = metav1.StatusFailure
+	} else {
+		resp.Result.Status = metav1.StatusSuccess
+	}
+	// Only an admitted mutation carries a patch; a validating webhook that
+	// sent one would make the apiserver reject the response.
+	if mutating && d.Allowed && len(d.Patch) > 0 {
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.Patch = d.Patch
+		resp.PatchType = &pt
+	}
+	return &admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: reviewAPIVersion, Kind: reviewKind},
+		Response: resp,
+	}
+}
+
+// writeReview sends rev with an HTTP status. The apiserver reads a decision
+// only from a 200; other statuses are for requests that were not reviews.
+func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionReview) {
+	body, err := json.Marshal(rev)
+	if err != nil {
+		// Cannot happen with these types; answer something well-formed anyway.
+		body = []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":false,"status":{"code":500,"message":"encode response failed"}}}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// writeRequestError answers a request we refused before any policy ran.
+// With a uid the review is well-formed and the apiserver shows our message
+// (HTTP 200 with a denial); without one it cannot be a real apiserver
+// request and gets the transport status.
+func writeRequestError(w http.ResponseWriter, e *requestError) {
+	d := policies.Deny(int32(e.status), reasonFor(e.status), e.message)
+	status := e.status
+	if e.uid != "" && e.status == http.StatusBadRequest {
+		status = http.StatusOK
+	}
+	writeReview(w, status, review(e.uid, d, false))
+}
+
+func reasonFor(status int) metav1.StatusReason {
+	switch status {
+	case http.StatusBadRequest:
+		return metav1.StatusReasonBadRequest
+	case http.StatusRequestEntityTooLarge:
+		return metav1.StatusReasonRequestEntityTooLarge
+	case http.StatusUnsupportedMediaType:
+		return metav1.StatusReasonUnsupportedMediaType
+	case http.StatusMethodNotAllowed:
+		return metav1.StatusReasonMethodNotAllowed
+	case http.StatusNotFound:
+		return metav1.StatusReasonNotFound
+	default:
+		return metav1.StatusReasonInternalError
+	}
+}
