@@ -1,0 +1,109 @@
+package webhook
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options configure qn-webhook. One struct, bound to flags by AddFlags; no
+// package-level flag globals.
+type Options struct {
+	// ListenAddress serves the admission webhooks over HTTPS.
+	ListenAddress string
+	// ProbeAddress serves /healthz, /readyz and /metrics over plain HTTP,
+	// apart from admission traffic so probes never queue behind it.
+	ProbeAddress string
+
+	TLSCertFile string
+	TLSKeyFile  string
+	// ClientCAFile, when set, requires the apiserver to present a client
+	// certificate signed by it.
+	ClientCAFile string
+	// TLSSelfSigned generates a CA and serving certificate for local runs.
+	TLSSelfSigned      bool
+	TLSSelfSignedDir   string
+	TLSSelfSignedHosts []string
+	// CABundleFile receives the self-signed CA, for a webhook's caBundle.
+	CABundleFile string
+	// CertPollInterval is how often certificate files are re-read besides
+	// file-system events.
+	CertPollInterval time.Duration
+
+	// PolicyDir holds roles.yaml and the Rego policies; empty serves the
+	// policies bundled in the binary.
+	PolicyDir string
+	// PolicyEvalTimeout bounds one policy evaluation; keep it well under
+	// the webhook's timeoutSeconds.
+	PolicyEvalTimeout time.Duration
+	// AllowNetworkBuiltins keeps http.send and friends available to Rego.
+	AllowNetworkBuiltins bool
+
+	MaxRequestBytes int64
+	// ShutdownGracePeriod bounds how long in-flight requests may drain.
+	ShutdownGracePeriod time.Duration
+	// LogFormat is json or text.
+	LogFormat string
+}
+
+// NewOptions returns the defaults: they run locally with no flags but
+// --tls-self-signed, and are safe in a cluster.
+func NewOptions() *Options {
+	return &Options{
+		ListenAddress:       ":8443",
+		ProbeAddress:        ":8080",
+		TLSSelfSignedDir:    filepath.Join(os.TempDir(), "qn-webhook-certs"),
+		TLSSelfSignedHosts:  []string{"localhost", "127.0.0.1", "::1"},
+		CertPollInterval:    10 * time.Second,
+		PolicyEvalTimeout:   time.Second,
+		MaxRequestBytes:     DefaultMaxRequestBytes,
+		ShutdownGracePeriod: 20 * time.Second,
+		LogFormat:           "json",
+	}
+}
+
+// AddFlags binds the options to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "HTTPS address of the admission webhooks (/validate, /mutate).")
+	fs.StringVar(&o.ProbeAddress, "probe-address", o.ProbeAddress, "Plain-HTTP address of /healthz, /readyz and /metrics.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "Serving certificate (PEM); re-read when it rotates.")
+	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "Serving key (PEM); re-read when it rotates.")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "If set, require client certificates signed by this CA (the apiserver's).")
+	fs.BoolVar(&o.TLSSelfSigned, "tls-self-signed", o.TLSSelfSigned, "Generate a CA and serving certificate for local runs instead of --tls-cert-file/--tls-key-file.")
+	fs.StringVar(&o.TLSSelfSignedDir, "tls-self-signed-dir", o.TLSSelfSignedDir, "Where --tls-self-signed writes ca.crt, tls.crt and tls.key (kept across restarts).")
+	fs.StringSliceVar(&o.TLSSelfSignedHosts, "tls-self-signed-hosts", o.TLSSelfSignedHosts, "DNS names and IPs the self-signed certificate is valid for.")
+	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "With --tls-self-signed, also write the CA bundle here (default: ca.crt in --tls-self-signed-dir).")
+	fs.DurationVar(&o.CertPollInterval, "cert-poll-interval", o.CertPollInterval, "How often certificate files are re-read, besides file-system events.")
+	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Policy directory (roles.yaml, *.rego, data.json); empty serves the bundled policies.")
+	fs.DurationVar(&o.PolicyEvalTimeout, "policy-eval-timeout", o.PolicyEvalTimeout, "Deadline of one policy evaluation; keep it well under the webhook timeoutSeconds.")
+	fs.BoolVar(&o.AllowNetworkBuiltins, "allow-network-builtins", o.AllowNetworkBuiltins, "Let Rego policies call http.send, net.lookup_ip_addr and opa.runtime.")
+	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
+	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
+}
+
+// Validate reports the first option that cannot work, as a sentence.
+func (o *Options) Validate() error {
+	switch {
+	case o.TLSSelfSigned && (o.TLSCertFile != "" || o.TLSKeyFile != ""):
+		return fmt.Errorf("--tls-self-signed and --tls-cert-file/--tls-key-file exclude each other; pick one")
+	case !o.TLSSelfSigned && (o.TLSCertFile == "" || o.TLSKeyFile == ""):
+		return fmt.Errorf("no serving certificate: set --tls-cert-file and --tls-key-file, or --tls-self-signed for a local run")
+	case o.PolicyEvalTimeout <= 0:
+		return fmt.Errorf("--policy-eval-timeout must be positive, got %s", o.PolicyEvalTimeout)
+	case o.MaxRequestBytes <= 0:
+		return fmt.Errorf("--max-request-bytes must be positive, got %d", o.MaxRequestBytes)
+	case o.LogFormat != "json" && o.LogFormat != "text":
+		return fmt.Errorf("--log-format must be json or text, got %q", o.LogFormat)
+	}
+	for _, addr := range []string{o.ListenAddress, o.ProbeAddress} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("address %q is not host:port: %v", addr, err)
+		}
+	}
+	return nil
+}
