@@ -71,13 +71,13 @@ type QuantumNodeSpec struct {
 	// +required
 	Hardware Hardware `json:"hardware"`
 
-	// Services lists the services the node exposes, at least one, each name
-	// once. Ports must also be unique; the schema cannot say so, the
-	// admission webhook checks it.
+	// Services lists the services the node exposes, at least one. Names and
+	// ports must be unique; the admission webhook checks both, with a message
+	// that names every clashing entry (an atomic list, so the apiserver's
+	// generic "Duplicate value" for map lists does not pre-empt it).
 	// +required
 	// +kubebuilder:validation:MinItems=1
-	// +listType=map
-	// +listMapKey=name
+	// +listType=atomic
 	Services []Service `json:"services"`
 
 	// NodeName is the Kubernetes Node this QuantumNode runs on. The
