@@ -1,0 +1,276 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+)
+
+// Event reasons besides the condition reasons, which phase-transition
+// events reuse.
+const (
+	// EventServiceCreated: the controller created the QuantumNode's Service.
+	EventServiceCreated = "ServiceCreated"
+	// EventServiceUpdated: the Service had drifted from spec.services (a
+	// spec change, or a hand edit) and was brought back.
+	EventServiceUpdated = "ServiceUpdated"
+	// EventAmbiguousNode: several Nodes carry the qn.dev/node label of one
+	// QuantumNode; the first by name is used.
+	EventAmbiguousNode = "AmbiguousNode"
+)
+
+// Reconciler makes a QuantumNode's Service match its spec and its status
+// match the facts. Build it with its fields and call SetupWithManager; zero
+// fields take their value from the manager.
+//
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes/status,verbs=update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// Scheme resolves the QuantumNode's kind for owner references.
+	Scheme *runtime.Scheme
+	// Recorder emits events on phase transitions and Service writes.
+	Recorder events.EventRecorder
+	// Clock stamps condition transitions; injected so tests can fix time.
+	Clock clock.PassiveClock
+	// Metrics receives the QuantumNodes-by-phase gauge; nil means the
+	// manager's metrics registry, which serves /metrics.
+	Metrics prometheus.Registerer
+	// MaxConcurrentReconciles bounds parallel reconciles; 0 means 1.
+	MaxConcurrentReconciles int
+}
+
+// NewScheme returns a scheme with every type the controller reads or writes:
+// the built-in kinds (Service, Node, Event) and QuantumNode.
+func NewScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("add built-in kinds to the scheme: %w", err)
+	}
+	if err := qnv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("add %s to the scheme: %w", qnv1alpha1.GroupVersion, err)
+	}
+	return scheme, nil
+}
+
+// SetupWithManager registers the field index, the phase gauge and the
+// controller with its watches: QuantumNodes, the Services they own (and a
+// foreign Service that blocks one), and the Nodes they run on.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.Scheme == nil {
+		r.Scheme = mgr.GetScheme()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(ManagerName)
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Metrics == nil {
+		r.Metrics = ctrlmetrics.Registry
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &qnv1alpha1.QuantumNode{}, nodeKeyIndex, nodeKeyOf); err != nil {
+		return fmt.Errorf("index QuantumNodes by the Node they name: %w", err)
+	}
+	if err := r.Metrics.Register(newPhaseCollector(mgr.GetCache())); err != nil {
+		return fmt.Errorf("register the QuantumNodes-by-phase gauge: %w", err)
+	}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("quantumnode").
+		For(&qnv1alpha1.QuantumNode{}).
+		Owns(&corev1.Service{}).
+		Watches(&corev1.Service{}, foreignServiceHandler(r.Client)).
+		Watches(&corev1.Node{}, nodeHandler(r.Client), nodeFactsChanged()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("build the quantumnode controller: %w", err)
+	}
+	return nil
+}
+
+// Reconcile brings one QuantumNode's Service to its declared shape and
+// writes its status when the facts say something new. An error makes the
+// manager retry with exponential backoff.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	qn := &qnv1alpha1.QuantumNode{}
+	if err := r.Client.Get(ctx, req.NamespacedName, qn); err != nil {
+		// Gone: its Service goes with it through the owner reference.
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !qn.DeletionTimestamp.IsZero() {
+		// Being deleted: recreating its Service would only fight the
+		// garbage collector.
+		return ctrl.Result{}, nil
+	}
+
+	svc, err := r.ensureService(ctx, qn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	node, err := r.findNode(ctx, qn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	status := ComputeStatus(qn, node, svc, metav1.NewTime(r.Clock.Now()))
+	if equality.Semantic.DeepEqual(qn.Status, status) {
+		return ctrl.Result{}, nil
+	}
+	updated := qn.DeepCopy()
+	updated.Status = status
+	// The optimistic lock makes a write based on a stale read fail instead of
+	// overwriting a newer status.
+	patch := client.MergeFromWithOptions(qn, client.MergeFromWithOptimisticLock{})
+	if err := r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(ManagerName)); err != nil {
+		if apierrors.IsConflict(err) {
+			// A newer QuantumNode exists, so its update event is already
+			// queued and will reconcile again with fresh facts.
+			logger.V(1).Info("status write lost a race with a newer version; the next reconcile redoes it")
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("write status of QuantumNode %s: %w", req.NamespacedName, err)
+	}
+	if from, to := qn.Status.Phase, status.Phase; from != to {
+		r.recordTransition(updated, from, to)
+		logger.Info("phase changed", "from", from, "to", to, "reason", readyReason(status))
+	}
+	return ctrl.Result{}, nil
+}
+
+// ensureService creates or restores the QuantumNode's Service and returns it
+// as it now is; nil when it does not exist and cannot be created (the
+// status says why). A Service of that name the QuantumNode does not control
+// is returned untouched.
+func (r *Reconciler) ensureService(ctx context.Context, qn *qnv1alpha1.QuantumNode) (*corev1.Service, error) {
+	if ServiceNameError(qn) != "" {
+		return nil, nil
+	}
+	key := client.ObjectKey{Namespace: qn.Namespace, Name: qn.Name}
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, key, svc)
+	switch {
+	case apierrors.IsNotFound(err):
+		svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: qn.Namespace, Name: qn.Name}}
+		shapeService(qn, svc)
+		if err := controllerutil.SetControllerReference(qn, svc, r.Scheme); err != nil {
+			return nil, fmt.Errorf("own Service %s: %w", key, err)
+		}
+		if err := r.Client.Create(ctx, svc, client.FieldOwner(ManagerName)); err != nil {
+			// AlreadyExists means the cache lags behind; the retry sees it.
+			return nil, fmt.Errorf("create Service %s: %w", key, err)
+		}
+		r.Recorder.Eventf(qn, svc, corev1.EventTypeNormal, EventServiceCreated, "CreateService",
+			"created Service %s exposing %s", svc.Name, portList(qn))
+		return svc, nil
+	case err != nil:
+		return nil, fmt.Errorf("read Service %s: %w", key, err)
+	case !metav1.IsControlledBy(svc, qn):
+		return svc, nil
+	case ServiceMatches(qn, svc):
+		return svc, nil
+	}
+	svc = svc.DeepCopy() // the cache's copy is shared
+	shapeService(qn, svc)
+	if err := r.Client.Update(ctx, svc, client.FieldOwner(ManagerName)); err != nil {
+		return nil, fmt.Errorf("restore Service %s to spec.services: %w", key, err)
+	}
+	r.Recorder.Eventf(qn, svc, corev1.EventTypeNormal, EventServiceUpdated, "UpdateService",
+		"brought Service %s back to %s", svc.Name, portList(qn))
+	return svc, nil
+}
+
+// findNode returns the Node the QuantumNode runs on, or nil when there is
+// none: the Node named by spec.nodeName, else the one labelled
+// qn.dev/node=<name>.
+func (r *Reconciler) findNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) (*corev1.Node, error) {
+	if qn.Spec.NodeName != "" {
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: qn.Spec.NodeName}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("read Node %s: %w", qn.Spec.NodeName, err)
+		}
+		return node, nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingLabels{NodeLabel: qn.Name}); err != nil {
+		return nil, fmt.Errorf("list Nodes labelled %s=%s: %w", NodeLabel, qn.Name, err)
+	}
+	switch len(nodes.Items) {
+	case 0:
+		return nil, nil
+	case 1:
+		return &nodes.Items[0], nil
+	}
+	// Several: pick one the same way every time, so the status does not
+	// flap between them, and say so where the owner will look.
+	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	names := make([]string, len(nodes.Items))
+	for i := range nodes.Items {
+		names[i] = nodes.Items[i].Name
+	}
+	r.Recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventAmbiguousNode, "MatchNode",
+		"Nodes %s all carry %s=%s; using %s. Label only one, or set spec.nodeName",
+		strings.Join(names, ", "), NodeLabel, qn.Name, names[0])
+	return &nodes.Items[0], nil
+}
+
+// recordTransition emits one event per phase change, after the status write
+// succeeded, so events and stored status never disagree. Failed is a
+// Warning: it waits for a person.
+func (r *Reconciler) recordTransition(qn *qnv1alpha1.QuantumNode, from, to qnv1alpha1.Phase) {
+	eventType := corev1.EventTypeNormal
+	if to == qnv1alpha1.PhaseFailed {
+		eventType = corev1.EventTypeWarning
+	}
+	ready := readyCondition(qn.Status)
+	if from == "" {
+		from = "none"
+	}
+	r.Recorder.Eventf(qn, nil, eventType, ready.Reason, "UpdatePhase", "phase %s → %s: %s", from, to, ready.Message)
+}
+
+func readyCondition(status qnv1alpha1.QuantumNodeStatus) metav1.Condition {
+	for _, c := range status.Conditions {
+		if c.Type == qnv1alpha1.ConditionReady {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+func readyReason(status qnv1alpha1.QuantumNodeStatus) string {
+	return readyCondition(status).Reason
+}

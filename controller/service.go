@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+)
+
+// Labels the controller puts on the Services it creates, so that people and
+// tools can find them (kubectl get svc -l qn.dev/quantumnode=edge-1).
+const (
+	// LabelManagedBy names the controller that owns the Service.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelQuantumNode names the QuantumNode the Service exposes.
+	LabelQuantumNode = "qn.dev/quantumnode"
+	// ManagerName is the value of LabelManagedBy, the events' reporting
+	// controller and the field manager of every write.
+	ManagerName = "qn-controller"
+)
+
+// ServiceNameError says why the QuantumNode's name cannot name its Service,
+// or returns "" when it can. Object names may be DNS subdomains (dots, 253
+// characters); Service names must be DNS-1035 labels.
+func ServiceNameError(qn *qnv1alpha1.QuantumNode) string {
+	return strings.Join(validation.IsDNS1035Label(qn.Name), "; ")
+}
+
+// desiredPorts is the Service's port list as spec.services declares it:
+// one TCP port per entry, named after it, forwarding to the same port.
+// Sorted by name so that the declared order does not matter.
+func desiredPorts(qn *qnv1alpha1.QuantumNode) []corev1.ServicePort {
+	ports := make([]corev1.ServicePort, 0, len(qn.Spec.Services))
+	for _, s := range qn.Spec.Services {
+		ports = append(ports, corev1.ServicePort{
+			Name:       s.Name,
+			Protocol:   corev1.ProtocolTCP,
+			Port:       s.Port,
+			TargetPort: intstr.FromInt32(s.Port),
+		})
+	}
+	slices.SortFunc(ports, func(a, b corev1.ServicePort) int { return cmp.Compare(a.Name, b.Name) })
+	return ports
+}
+
+// desiredLabels are the labels the controller owns on the Service; other
+// labels a person adds are left alone.
+func desiredLabels(qn *qnv1alpha1.QuantumNode) map[string]string {
+	return map[string]string{LabelManagedBy: ManagerName, LabelQuantumNode: qn.Name}
+}
+
+// ServiceMatches reports whether svc has the declared shape: type ClusterIP,
+// exactly the declared ports (in any order) and the controller's labels.
+// Fields the controller does not declare (clusterIP, selector, annotations,
+// other labels) are not compared, so the API server's defaults and other
+// people's additions never cause a write.
+func ServiceMatches(qn *qnv1alpha1.QuantumNode, svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP && svc.Spec.Type != "" {
+		return false
+	}
+	for k, v := range desiredLabels(qn) {
+		if svc.Labels[k] != v {
+			return false
+		}
+	}
+	want := desiredPorts(qn)
+	if len(svc.Spec.Ports) != len(want) {
+		return false
+	}
+	got := slices.Clone(svc.Spec.Ports)
+	slices.SortFunc(got, func(a, b corev1.ServicePort) int { return cmp.Compare(a.Name, b.Name) })
+	for i := range want {
+		g := got[i]
+		if g.Protocol == "" { // the API server defaults it to TCP
+			g.Protocol = corev1.ProtocolTCP
+		}
+		if g.Name != want[i].Name || g.Protocol != want[i].Protocol || g.Port != want[i].Port || g.TargetPort != want[i].TargetPort {
+			return false
+		}
+	}
+	return true
+}
+
+// shapeService brings svc to the declared shape in place, keeping whatever
+// the controller does not declare. Switching back from NodePort or
+// LoadBalancer drops the node ports with the old port list; the API server
+// clears the other type-dependent fields itself.
+func shapeService(qn *qnv1alpha1.QuantumNode, svc *corev1.Service) {
+	if svc.Labels == nil {
+		svc.Labels = map[string]string{}
+	}
+	maps.Copy(svc.Labels, desiredLabels(qn))
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		svc.Spec.ExternalName = ""
+	}
+	svc.Spec.Type = corev1.ServiceTypeClusterIP
+	svc.Spec.Ports = desiredPorts(qn)
+}
+
+// portList renders the declared services for messages: "grpc:9090, metrics:8080".
+func portList(qn *qnv1alpha1.QuantumNode) string {
+	parts := make([]string, 0, len(qn.Spec.Services))
+	for _, p := range desiredPorts(qn) {
+		parts = append(parts, p.Name+":"+strconv.Itoa(int(p.Port)))
+	}
+	return strings.Join(parts, ", ")
+}
