@@ -1,0 +1,129 @@
+// Package e2e drives qn-admission through a real kube-apiserver and etcd
+// (started by controller-runtime's envtest from the binaries that
+// hack/k8s-bins.sh builds), the real qn-webhook binary and the real kubectl.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/quantumnode/qn-admission/config/crd"
+)
+
+// QuantumNodes is the resource the suite creates.
+var QuantumNodes = schema.GroupVersionResource{Group: "qn.dev", Version: "v1alpha1", Resource: "quantumnodes"}
+
+// Cluster is a running kube-apiserver + etcd with the QuantumNode CRD.
+type Cluster struct {
+	Env        *envtest.Environment
+	Config     *rest.Config
+	Kube       kubernetes.Interface
+	Dynamic    dynamic.Interface
+	Kubeconfig string // a file for kubectl, as an admin user
+	Kubectl    string // the kubectl built with the apiserver
+	dir        string
+}
+
+// AssetsDir is where the kube-apiserver, etcd and kubectl binaries are.
+func AssetsDir() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		return "", fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", fmt.Errorf("KUBEBUILDER_ASSETS=%s lacks %s: run ./hack/k8s-bins.sh", dir, bin)
+		}
+	}
+	return dir, nil
+}
+
+// StartCluster starts the control plane and installs the QuantumNode CRD
+// from its one source.
+func StartCluster() (*Cluster, error) {
+	assets, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	qnCRD, err := crd.QuantumNode()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{qnCRD},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	c := &Cluster{Env: env, Config: cfg, Kubectl: filepath.Join(assets, "kubectl")}
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, c.stopWith(err)
+	}
+	if c.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, c.stopWith(err)
+	}
+	if c.dir, err = os.MkdirTemp("", "qn-e2e-"); err != nil {
+		return nil, c.stopWith(err)
+	}
+	admin, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, c.stopWith(err)
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		return nil, c.stopWith(err)
+	}
+	c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, kc, 0o600); err != nil {
+		return nil, c.stopWith(err)
+	}
+	return c, nil
+}
+
+func (c *Cluster) stopWith(err error) error {
+	if stopErr := c.Stop(); stopErr != nil {
+		return fmt.Errorf("%w (and stopping the control plane: %v)", err, stopErr)
+	}
+	return err
+}
+
+// Stop shuts the control plane down and removes its files.
+func (c *Cluster) Stop() error {
+	if c.dir != "" {
+		os.RemoveAll(c.dir)
+	}
+	return c.Env.Stop()
+}
+
+// RunKubectl runs the built kubectl against the cluster with stdin, and
+// returns its combined output.
+func (c *Cluster) RunKubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.Kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Stdin = bytes.NewBufferString(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// ModuleRoot is the repository root, found from this file's location.
+func ModuleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
