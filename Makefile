@@ -8,7 +8,7 @@ BIN := bin
 
 ## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080
 run:
-	$(GO) run ./cmd/qn-webhook --tls-self-signed
+	$(GO) run ./cmd/qn-webhook --tls-self-signed --log-format text
 
 ## run-controller: start qn-controller against the current kubeconfig
 run-controller:
