@@ -26,6 +26,14 @@ type Decision struct {
 	// Role and Revision say which role and policy revision decided.
 	Role     string
 	Revision string
+	// Exempt names the exemption that admitted the request unjudged.
+	Exempt string
+	// WouldDeny holds denials a warn or dryrun role did not enforce.
+	WouldDeny []string
+	// Window is the requester's window after this request, for roles with one.
+	Window *WindowState
+	// PatchOps counts the operations in Patch.
+	PatchOps int
 }
 
 // Allow admits with optional warnings.
@@ -41,6 +49,11 @@ func Deny(code int32, reason metav1.StatusReason, message string) Decision {
 // BadRequest refuses a request that is malformed or crafted.
 func BadRequest(message string) Decision {
 	return Deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, message)
+}
+
+// TooManyRequests refuses a change because the rate window is full.
+func TooManyRequests(message string) Decision {
+	return Deny(http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, message)
 }
 
 // InternalError refuses because the engine could not reach a decision.

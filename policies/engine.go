@@ -1,32 +1,43 @@
 package policies
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
-	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 
+	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 )
+
+// EngineOptions configure an Engine.
+type EngineOptions struct {
+	// Windows keeps the rate windows; nil uses an in-process store.
+	Windows window.Store
+	// Metrics, when set, records evaluation latency and window rejections.
+	Metrics *Metrics
+}
 
 // Engine decides admission requests against the current policy Set. The set
 // is swapped atomically on reload; a decision in flight keeps the set it
 // started with.
 type Engine struct {
 	current atomic.Pointer[Set]
+	windows window.Store
+	metrics *Metrics
 }
 
 // NewEngine serves set until Swap replaces it.
-func NewEngine(set *Set) *Engine {
-	e := &Engine{}
+func NewEngine(set *Set, opts EngineOptions) *Engine {
+	e := &Engine{windows: opts.Windows, metrics: opts.Metrics}
+	if e.windows == nil {
+		e.windows = window.NewMemoryStore(clock.RealClock{}, window.MemoryOptions{})
+	}
 	e.current.Store(set)
 	return e
 }
@@ -37,8 +48,10 @@ func (e *Engine) Swap(set *Set) { e.current.Store(set) }
 // Current returns the set decisions are made against now.
 func (e *Engine) Current() *Set { return e.current.Load() }
 
-// Validate judges a request on the validating path: every deny rule of the
-// role counts, warnings reach the user, and nothing is patched.
+// Validate judges a request on the validating path: exemptions, the role
+// and its operations, the role's policies, then (only for a request the
+// policies admit) one slot of the role's rate window. Warnings reach the
+// user; nothing is patched.
 func (e *Engine) Validate(ctx context.Context, in *Input) Decision {
 	set := e.current.Load()
 	d := e.validate(ctx, set, in)
@@ -47,39 +60,126 @@ func (e *Engine) Validate(ctx context.Context, in *Input) Decision {
 }
 
 func (e *Engine) validate(ctx context.Context, set *Set, in *Input) Decision {
-	roleName, role, d, ok := resolveRole(set, in)
+	if why, ok := set.Roles.Exemptions.match(in.Context); ok {
+		d := Allow()
+		d.Exempt = why
+		return d
+	}
+	name, role, refusal, ok := resolveRole(set, in)
 	if !ok {
-		return d
+		return refusal
 	}
+	j := judgement{role: role, name: name}
 	if !role.Allows(in.Context.Operation) {
-		d := Deny(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
-			"role %q may not %s %s; it may %s", roleName, strings.ToLower(in.Context.Operation), in.Context.Kind.Kind, strings.Join(role.Operations, ", ")))
-		d.Role = roleName
-		return d
+		j.refuse(operationDenied(name, role, in))
+		return j.decide()
 	}
-	res, err := evaluate(ctx, set, roleName, in)
+
+	var key string
+	var limit window.Limit
+	ctxv := in.Context
+	ctxv.Role = name
+	if w := role.Window; w != nil {
+		key, limit = windowKey(name, w, in.Context), window.Limit{Count: w.Limit, Period: w.Period}
+		st, err := e.windows.Peek(ctx, key, limit)
+		if err != nil {
+			return j.failed(fmt.Errorf("read rate window %s: %w", key, err))
+		}
+		ctxv.Window = windowState(w, st)
+	}
+
+	res, err := e.evaluate(ctx, set, name, in, ctxv)
 	if err != nil {
-		d := InternalError(fmt.Sprintf("role %q: %v", roleName, err))
-		d.Role = roleName
-		return d
+		return j.failed(err)
 	}
+	j.warnings = res.Warn
 	if len(res.Deny) > 0 {
 		d := Deny(http.StatusForbidden, metav1.StatusReasonForbidden,
-			fmt.Sprintf("denied by qn-admission (role %q): %s", roleName, strings.Join(res.Deny, "; ")))
+			fmt.Sprintf("denied by qn-admission (role %q): %s", name, strings.Join(res.Deny, "; ")))
 		d.Reasons = res.Deny
-		d.Warnings = res.Warn
-		d.Role = roleName
-		return d
+		if !j.refuse(d) {
+			return j.decide()
+		}
 	}
-	d = Allow(res.Warn...)
-	d.Role = roleName
+
+	// Only a request that will be admitted takes a slot. A dry run is
+	// judged against the window as it is and takes nothing.
+	if w := role.Window; w != nil {
+		var st window.State
+		admitted := true
+		if in.Context.DryRun {
+			st, err = e.windows.Peek(ctx, key, limit)
+			admitted = err == nil && st.Remaining > 0
+		} else {
+			st, admitted, err = e.windows.Take(ctx, key, limit, in.Context.UID)
+		}
+		if err != nil {
+			return j.failed(fmt.Errorf("take a slot of rate window %s: %w", key, err))
+		}
+		j.window = windowState(w, st)
+		if !admitted {
+			e.metrics.windowRejected(name)
+			if !j.refuse(TooManyRequests(windowMessage(name, w, in.Context, st))) {
+				return j.decide()
+			}
+		}
+	}
+	return j.decide()
+}
+
+// judgement accumulates one role's verdict and applies its enforcement.
+type judgement struct {
+	name     string
+	role     Role
+	warnings []string
+	refusals []Decision
+	window   *WindowState
+}
+
+// refuse records a denial; it reports whether the request still goes on
+// (the role does not enforce denials).
+func (j *judgement) refuse(d Decision) bool {
+	j.refusals = append(j.refusals, d)
+	return j.role.Enforcement != EnforceDeny
+}
+
+func (j *judgement) decide() Decision {
+	var d Decision
+	switch {
+	case len(j.refusals) > 0 && j.role.Enforcement == EnforceDeny:
+		d = j.refusals[0]
+		d.Warnings = j.warnings
+	default:
+		d = Allow(j.warnings...)
+		for _, r := range j.refusals {
+			d.WouldDeny = append(d.WouldDeny, r.Message)
+			if j.role.Enforcement == EnforceWarn {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("not enforced (role %q is in warn mode): %s", j.name, r.Message))
+			}
+		}
+	}
+	d.Role = j.name
+	d.Window = j.window
+	return d
+}
+
+// failed applies the role's onError to an evaluation or window error.
+func (j *judgement) failed(err error) Decision {
+	msg := fmt.Sprintf("role %q: %v", j.name, err)
+	var d Decision
+	if j.role.OnError == OnErrorAllow {
+		d = Allow(append(j.warnings, "admitted without a policy decision (onError: allow): "+msg)...)
+	} else {
+		d = InternalError(msg)
+	}
+	d.Role = j.name
 	return d
 }
 
 // Mutate computes the role's patch on the mutating path. It never denies for
 // policy reasons (validation runs after every mutation and judges the final
 // object); an unknown role or operation passes through unpatched for the
-// validating webhook to refuse.
+// validating webhook to refuse. A dryrun role proposes no patch.
 func (e *Engine) Mutate(ctx context.Context, in *Input) Decision {
 	set := e.current.Load()
 	d := e.mutate(ctx, set, in)
@@ -88,27 +188,34 @@ func (e *Engine) Mutate(ctx context.Context, in *Input) Decision {
 }
 
 func (e *Engine) mutate(ctx context.Context, set *Set, in *Input) Decision {
-	roleName, role, _, ok := resolveRole(set, in)
+	if why, ok := set.Roles.Exemptions.match(in.Context); ok {
+		d := Allow()
+		d.Exempt = why
+		return d
+	}
+	name, role, _, ok := resolveRole(set, in)
 	if !ok || !role.Allows(in.Context.Operation) {
 		d := Allow()
-		d.Role = roleName
+		d.Role = name
 		return d
 	}
-	res, err := evaluate(ctx, set, roleName, in)
+	j := judgement{role: role, name: name}
+	ctxv := in.Context
+	ctxv.Role = name
+	res, err := e.evaluate(ctx, set, name, in, ctxv)
 	if err != nil {
-		d := InternalError(fmt.Sprintf("role %q: %v", roleName, err))
-		d.Role = roleName
-		return d
-	}
-	patch, err := diffPatch(in.Object, res.Patch)
-	if err != nil {
-		d := InternalError(fmt.Sprintf("role %q: %v", roleName, err))
-		d.Role = roleName
-		return d
+		return j.failed(err)
 	}
 	d := Allow()
-	d.Patch = patch
-	d.Role = roleName
+	d.Role = name
+	if role.Enforcement == EnforceDryRun {
+		return d
+	}
+	patch, ops, err := diffPatch(in.Object, res.Patch)
+	if err != nil {
+		return j.failed(err)
+	}
+	d.Patch, d.PatchOps = patch, ops
 	return d
 }
 
@@ -127,64 +234,87 @@ func resolveRole(set *Set, in *Input) (string, Role, Decision, bool) {
 	return name, role, Decision{}, true
 }
 
-// policyInput is the document Rego sees as input.
-type policyInput struct {
-	Request *admissionv1.AdmissionRequest `json:"request"`
-	Context Context                       `json:"context"`
+func operationDenied(name string, role Role, in *Input) Decision {
+	return Deny(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
+		"role %q may not %s %s; it may %s", name, strings.ToLower(in.Context.Operation), in.Context.Kind.Kind, strings.Join(role.Operations, ", ")))
 }
 
-var (
-	objectKey    = ast.StringTerm("object")
-	oldObjectKey = ast.StringTerm("oldObject")
-	requestKey   = ast.StringTerm("request")
-)
-
-func evaluate(ctx context.Context, set *Set, role string, in *Input) (rego.Result, error) {
+func (e *Engine) evaluate(ctx context.Context, set *Set, role string, in *Input, c Context) (rego.Result, error) {
 	q, ok := set.Query(role)
 	if !ok {
 		return rego.Result{}, fmt.Errorf("no prepared policies (policy set %s is inconsistent)", set.Revision)
 	}
-	value, err := inputValue(in)
+	value, err := inputValue(in, c)
 	if err != nil {
 		return rego.Result{}, err
 	}
-	return q.Eval(ctx, value)
+	start := time.Now()
+	res, err := q.Eval(ctx, value)
+	e.metrics.evaluated(role, time.Since(start), err)
+	return res, err
 }
 
-// inputValue builds the parsed Rego input once per request, so OPA does not
-// convert it again. The objects come from their decoded form, not from the
-// raw bytes, so policies judge exactly what the webhook validated.
-func inputValue(in *Input) (ast.Value, error) {
-	var req *admissionv1.AdmissionRequest
-	if in.Request != nil {
-		shallow := *in.Request
-		shallow.Object, shallow.OldObject = runtime.RawExtension{}, runtime.RawExtension{}
-		req = &shallow
+// windowKey names whose window a request counts against.
+func windowKey(role string, w *Window, c Context) string {
+	switch w.Key {
+	case KeyNamespace:
+		return role + "/namespace/" + c.Namespace
+	case KeyRole:
+		return role + "/role"
+	default:
+		return role + "/user/" + c.User
 	}
-	raw, err := json.Marshal(policyInput{Request: req, Context: in.Context})
-	if err != nil {
-		return nil, fmt.Errorf("encode policy input: %w", err)
+}
+
+func windowState(w *Window, st window.State) *WindowState {
+	return &WindowState{
+		Key: string(w.Key), Count: st.Count, Limit: st.Limit,
+		PeriodSeconds: w.Period.Seconds(), Remaining: st.Remaining,
 	}
-	v, err := ast.ValueFromReader(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("parse policy input: %w", err)
+}
+
+// windowMessage says who hit which limit and when a slot frees.
+func windowMessage(role string, w *Window, c Context, st window.State) string {
+	var who string
+	switch w.Key {
+	case KeyNamespace:
+		who = fmt.Sprintf("namespace %q has", c.Namespace)
+	case KeyRole:
+		who = fmt.Sprintf("role %q has", role)
+	default:
+		who = fmt.Sprintf("user %q has", c.User)
 	}
-	if req == nil {
-		return v, nil
-	}
-	request, ok := v.(ast.Object).Get(requestKey).Value.(ast.Object)
-	if !ok {
-		return nil, fmt.Errorf("policy input has no request object")
-	}
-	for key, obj := range map[*ast.Term]map[string]any{objectKey: in.Object, oldObjectKey: in.OldObject} {
-		if obj == nil {
-			continue
+	return fmt.Sprintf("rate window full: role %q allows %d changes per %s per %s; %s made %d in the last %s; a slot frees in %s",
+		role, w.Limit, w.Period, w.Key, who, st.Count, w.Period, st.RetryAfter.Round(time.Millisecond))
+}
+
+// match reports whether the request is exempt, and why.
+func (x Exemptions) match(c Context) (string, bool) {
+	for _, u := range x.Users {
+		if matchName(u, c.User) {
+			return "user " + c.User, true
 		}
-		value, err := ast.InterfaceToValue(obj)
-		if err != nil {
-			return nil, fmt.Errorf("convert request.%s for policies: %w", key.Value, err)
-		}
-		request.Insert(key, ast.NewTerm(value))
 	}
-	return v, nil
+	for _, g := range x.Groups {
+		for _, have := range c.Groups {
+			if matchName(g, have) {
+				return "group " + have, true
+			}
+		}
+	}
+	for _, ns := range x.Namespaces {
+		if c.Namespace != "" && matchName(ns, c.Namespace) {
+			return "namespace " + c.Namespace, true
+		}
+	}
+	return "", false
+}
+
+// matchName matches exactly, or by prefix when pattern ends in "*"
+// (system:serviceaccount:kube-system:*).
+func matchName(pattern, name string) bool {
+	if p, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(name, p)
+	}
+	return pattern == name
 }

@@ -22,7 +22,7 @@ func bundledEngine(t *testing.T) *Engine {
 	if err != nil {
 		t.Fatalf("load bundled policies: %v", err)
 	}
-	return NewEngine(set)
+	return NewEngine(set, EngineOptions{})
 }
 
 // qnInput builds the Input the webhook would extract for a QuantumNode.
@@ -87,7 +87,7 @@ func TestValidate(t *testing.T) {
 		},
 		"an unknown role is forbidden and the known roles are listed": {
 			in:       qnInput("CREATE", strings.Replace(validNode, `"name":"edge-1"}`, `"name":"edge-1","annotations":{"qn-role":"turbo"}}`, 1), ""),
-			wantCode: 403, wantInMsg: `annotation qn-role="turbo" names no known role; known roles: default`,
+			wantCode: 403, wantInMsg: `annotation qn-role="turbo" names no known role; known roles: batch, default, realtime`,
 		},
 		"an operation the role may not perform is forbidden": {
 			in:       qnInput("CONNECT", validNode, ""),
@@ -168,7 +168,7 @@ func TestPolicyErrorFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := NewEngine(set).Validate(context.Background(), qnInput("CREATE", validNode, ""))
+	d := NewEngine(set, EngineOptions{}).Validate(context.Background(), qnInput("CREATE", validNode, ""))
 	if d.Allowed || d.Code != 500 || !strings.Contains(d.Message, `role "r": evaluate packages [p]`) {
 		t.Fatalf("a policy error must deny with 500 and say where, got %+v", d)
 	}
@@ -187,19 +187,19 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 		},
 		"an unknown field in roles.yaml": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles + "    limt: 3\n")}, "p.rego": {Data: []byte(good)}},
-			want:  `roles.yaml: error unmarshaling JSON: while decoding JSON: json: unknown field "limt"`,
+			want:  `roles.yaml:6: roles.r.limt: unknown field (known here: operations, window, packages, enforcement, onError, parameters)`,
 		},
 		"a default role that does not exist": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(strings.Replace(roles, "defaultRole: r", "defaultRole: x", 1))}, "p.rego": {Data: []byte(good)}},
-			want:  `roles.yaml: defaultRole: "x" is not one of the declared roles (r)`,
+			want:  `roles.yaml:1: defaultRole: "x" is not one of the declared roles (r)`,
 		},
 		"an unknown operation": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(strings.Replace(roles, "CREATE", "PATCH", 1))}, "p.rego": {Data: []byte(good)}},
-			want:  `roles.yaml: roles.r.operations: "PATCH" is not an operation`,
+			want:  `roles.yaml:4: roles.r.operations: "PATCH" is not an operation (use CREATE, UPDATE, DELETE, CONNECT)`,
 		},
 		"a package no module declares": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(strings.Replace(roles, "[p]", "[p, q]", 1))}, "p.rego": {Data: []byte(good)}},
-			want:  `roles.yaml: roles.r.packages: package "q" is not declared`,
+			want:  `roles.yaml:5: roles.r.packages: package "q" is not declared by any policy module (known: p)`,
 		},
 		"a Rego syntax error": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles)}, "p.rego": {Data: []byte("package p\ndeny contains if {\n")}},

@@ -42,10 +42,25 @@ type Context struct {
 	Name        string              `json:"name"`
 	Labels      map[string]string   `json:"labels"`
 	Annotations map[string]string   `json:"annotations"`
-	// Role is the value of the qn-role annotation, empty when absent.
+	// Role is the value of the qn-role annotation as extracted; the engine
+	// replaces it with the resolved role (the default role when absent)
+	// before policies see it.
 	Role   string    `json:"role"`
 	DryRun bool      `json:"dryRun"`
 	Time   time.Time `json:"time"`
+	// Window is the requester's rate window before this request, set by
+	// the engine for roles with a window.
+	Window *WindowState `json:"window,omitempty"`
+}
+
+// WindowState is the rate window policies see as input.context.window, so a
+// policy can warn near the limit. Count excludes the request being judged.
+type WindowState struct {
+	Key           string  `json:"key"`
+	Count         int     `json:"count"`
+	Limit         int     `json:"limit"`
+	PeriodSeconds float64 `json:"periodSeconds"`
+	Remaining     int     `json:"remaining"`
 }
 
 // GroupVersionKind names a kind the way policies read it.

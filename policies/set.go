@@ -14,6 +14,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// RoleParametersKey is where role parameters appear in data.
+const RoleParametersKey = "roles"
+
 // DataFiles hold the document policies read as data (role parameters such as
 // allowed zones). JSON is YAML, so one decoder serves both.
 var DataFiles = []string{"data.json", "data.yaml"}
@@ -54,6 +57,19 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Role parameters are data too: a role's policies read data.roles.<role>.
+	if _, clash := data[RoleParametersKey]; clash {
+		return nil, fmt.Errorf("data: top-level key %q is reserved for role parameters (roles.<role>.parameters in %s)", RoleParametersKey, RolesFile)
+	}
+	params := make(map[string]any, len(roles.Roles))
+	for name, r := range roles.Roles {
+		p := r.Parameters
+		if p == nil {
+			p = map[string]any{}
+		}
+		params[name] = p
+	}
+	data[RoleParametersKey] = params
 	modules, err := rego.ReadModules(fsys)
 	if err != nil {
 		return nil, err
@@ -71,7 +87,7 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	for _, name := range roles.Names() {
 		q, err := compiled.Prepare(ctx, roles.Roles[name].Packages, opts.EvalTimeout)
 		if err != nil {
-			return nil, fmt.Errorf("%s: roles.%s.packages: %w", RolesFile, name, err)
+			return nil, fmt.Errorf("%s: roles.%s.packages: %w", roles.packageLine(RolesFile, rolesSrc, name), name, err)
 		}
 		set.queries[name] = q
 	}

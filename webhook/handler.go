@@ -28,8 +28,10 @@ type HandlerOptions struct {
 	MaxRequestBytes int64
 	// Clock stamps request time; tests inject a fake one.
 	Clock clock.PassiveClock
-	// Logger receives one decision line per request.
+	// Logger receives operational messages (panics).
 	Logger *slog.Logger
+	// DecisionLog receives one JSON line per decision; default Logger.
+	DecisionLog *slog.Logger
 	// Metrics, when set, counts requests and latencies.
 	Metrics *Metrics
 }
@@ -52,6 +54,9 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.DecisionLog == nil {
+		opts.DecisionLog = opts.Logger
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -105,8 +110,9 @@ func (h *handler) serve(webhook string, mutating bool) gin.HandlerFunc {
 	}
 }
 
-// log writes the decision line and the metrics of one request. Object bodies
-// are never logged.
+// log writes the decision line and the metrics of one request: one JSON
+// line per decision, allowed or denied. Object bodies are never logged (a
+// Secret's data must not reach a log); reasons and warnings are ours.
 func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
 	elapsed := time.Since(start)
 	outcome := "allowed"
@@ -120,12 +126,13 @@ func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d
 		m.requests.WithLabelValues(webhook, d.Role, outcome, strconv.Itoa(int(d.Code))).Inc()
 		m.latency.WithLabelValues(webhook).Observe(elapsed.Seconds())
 	}
-	attrs := []slog.Attr{
+	attrs := make([]slog.Attr, 0, 24)
+	attrs = append(attrs,
 		slog.String("webhook", webhook),
+		slog.Bool("allowed", d.Allowed),
 		slog.String("decision", outcome),
 		slog.Int("code", int(d.Code)),
-		slog.Float64("latencyMs", float64(elapsed.Microseconds())/1000),
-	}
+	)
 	if in != nil && in.Request != nil {
 		r := in.Request
 		attrs = append(attrs,
@@ -133,17 +140,15 @@ func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d
 			slog.String("user", r.UserInfo.Username),
 			slog.Any("groups", r.UserInfo.Groups),
 			slog.String("operation", string(r.Operation)),
-			slog.String("kind", r.Kind.Kind),
+			slog.String("kind", r.Kind.Group+"/"+r.Kind.Kind),
 			slog.String("namespace", r.Namespace),
 			slog.String("name", r.Name),
 			slog.Bool("dryRun", r.DryRun != nil && *r.DryRun),
 		)
 	}
-	if d.Role != "" {
-		attrs = append(attrs, slog.String("role", d.Role))
-	}
-	if d.Revision != "" {
-		attrs = append(attrs, slog.String("revision", d.Revision))
+	attrs = append(attrs, slog.String("role", d.Role), slog.String("revision", d.Revision))
+	if d.Exempt != "" {
+		attrs = append(attrs, slog.String("exempt", d.Exempt))
 	}
 	if !d.Allowed {
 		reasons := d.Reasons
@@ -152,13 +157,18 @@ func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d
 		}
 		attrs = append(attrs, slog.Any("reasons", reasons))
 	}
+	if len(d.WouldDeny) > 0 {
+		attrs = append(attrs, slog.Any("wouldDeny", d.WouldDeny))
+	}
 	if len(d.Warnings) > 0 {
 		attrs = append(attrs, slog.Any("warnings", d.Warnings))
 	}
-	if len(d.Patch) > 0 {
-		attrs = append(attrs, slog.Int("patchBytes", len(d.Patch)))
+	attrs = append(attrs, slog.Int("patchOps", d.PatchOps))
+	if w := d.Window; w != nil {
+		attrs = append(attrs, slog.Group("window", slog.String("key", w.Key), slog.Int("count", w.Count), slog.Int("limit", w.Limit)))
 	}
-	h.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "admission decision", attrs...)
+	attrs = append(attrs, slog.Float64("latencyMs", float64(elapsed.Microseconds())/1000))
+	h.opts.DecisionLog.LogAttrs(ctx, slog.LevelInfo, "admission decision", attrs...)
 }
 
 // recoverWithReview turns a panic into a 500 AdmissionReview that still

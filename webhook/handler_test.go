@@ -38,7 +38,7 @@ func bundledHandler(t *testing.T) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewHandler(policies.NewEngine(set), HandlerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return NewHandler(policies.NewEngine(set, policies.EngineOptions{}), HandlerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 const validObject = `{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-1","namespace":"edge"},"spec":{"hardware":{"arch":"arm64"},"services":[{"name":"mqtt","port":8883}]}}`

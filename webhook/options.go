@@ -42,6 +42,10 @@ type Options struct {
 	PolicyEvalTimeout time.Duration
 	// AllowNetworkBuiltins keeps http.send and friends available to Rego.
 	AllowNetworkBuiltins bool
+	// PolicyPollInterval re-checks the policy directory besides events.
+	PolicyPollInterval time.Duration
+	// DecisionLog is "-" for stdout or a file to append decision lines to.
+	DecisionLog string
 
 	MaxRequestBytes int64
 	// ShutdownGracePeriod bounds how long in-flight requests may drain.
@@ -60,6 +64,8 @@ func NewOptions() *Options {
 		TLSSelfSignedHosts:  []string{"localhost", "127.0.0.1", "::1"},
 		CertPollInterval:    10 * time.Second,
 		PolicyEvalTimeout:   time.Second,
+		PolicyPollInterval:  10 * time.Second,
+		DecisionLog:         "-",
 		MaxRequestBytes:     DefaultMaxRequestBytes,
 		ShutdownGracePeriod: 20 * time.Second,
 		LogFormat:           "json",
@@ -80,6 +86,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CertPollInterval, "cert-poll-interval", o.CertPollInterval, "How often certificate files are re-read, besides file-system events.")
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Policy directory (roles.yaml, *.rego, data.json); empty serves the bundled policies.")
 	fs.DurationVar(&o.PolicyEvalTimeout, "policy-eval-timeout", o.PolicyEvalTimeout, "Deadline of one policy evaluation; keep it well under the webhook timeoutSeconds.")
+	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events (changes are hot-reloaded).")
+	fs.StringVar(&o.DecisionLog, "decision-log", o.DecisionLog, "Where decision lines go: - for stdout, or a file to append to.")
 	fs.BoolVar(&o.AllowNetworkBuiltins, "allow-network-builtins", o.AllowNetworkBuiltins, "Let Rego policies call http.send, net.lookup_ip_addr and opa.runtime.")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")

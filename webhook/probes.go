@@ -9,10 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Check is one readiness condition; nil means ready.
+// Check is one readiness condition; nil means ready. Detail, when set,
+// adds a line to /readyz?verbose (e.g. the policy revision being served).
 type Check struct {
-	Name  string
-	Check func() error
+	Name   string
+	Check  func() error
+	Detail func() string
 }
 
 // NewProbeHandler serves /healthz (the process answers), /readyz (every
@@ -30,6 +32,8 @@ func NewProbeHandler(reg *prometheus.Registry, checks []Check) http.Handler {
 			if err := c.Check(); err != nil {
 				ready = false
 				fmt.Fprintf(&b, "[-]%s failed: %v\n", c.Name, err)
+			} else if c.Detail != nil {
+				fmt.Fprintf(&b, "[+]%s ok: %s\n", c.Name, c.Detail())
 			} else {
 				fmt.Fprintf(&b, "[+]%s ok\n", c.Name)
 			}

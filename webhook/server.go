@@ -17,6 +17,7 @@ import (
 
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/dirwatch"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -27,11 +28,31 @@ func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	set, err := loadPolicies(ctx, o)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	policyMetrics := policies.NewMetrics(reg)
+	loadOpts := policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins}
+	set, err := loadPolicies(ctx, o, loadOpts)
 	if err != nil {
 		return err
 	}
+	policyMetrics.Reloaded(set.Revision, nil)
 	logger.Info("policies loaded", "source", policySource(o), "revision", set.Revision, "roles", set.Roles.Names())
+	engine := policies.NewEngine(set, policies.EngineOptions{Metrics: policyMetrics})
+	var reloader *policies.Reloader
+	if o.PolicyDir != "" {
+		reloader = policies.NewReloader(o.PolicyDir, engine, policies.ReloaderOptions{
+			Load:    loadOpts,
+			Watch:   dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: logger},
+			Metrics: policyMetrics,
+			Logger:  logger,
+		})
+	}
+	decisionLog, closeDecisionLog, err := openDecisionLog(o.DecisionLog)
+	if err != nil {
+		return err
+	}
+	defer closeDecisionLog()
 
 	source, err := certificateSource(o, logger)
 	if err != nil {
@@ -42,12 +63,10 @@ func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	engine := policies.NewEngine(set)
 	handler := NewHandler(engine, HandlerOptions{
 		MaxRequestBytes: o.MaxRequestBytes,
 		Logger:          logger,
+		DecisionLog:     decisionLog,
 		Metrics:         NewMetrics(reg),
 	})
 
@@ -63,7 +82,9 @@ func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
 
 	var shuttingDown atomic.Bool
 	probes := NewProbeHandler(reg, []Check{
-		{Name: "policies", Check: func() error { return nil }},
+		// A failed reload does not make us unready: the last good set keeps
+		// serving, and failing every replica's probe would lock writes out.
+		{Name: "policies", Check: func() error { return nil }, Detail: func() string { return policyStatus(engine, reloader) }},
 		{Name: "certificate", Check: source.Healthy},
 		{Name: "shutdown", Check: func() error {
 			if shuttingDown.Load() {
@@ -91,6 +112,13 @@ func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
 
 	certCtx, stopCerts := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCerts()
+	if reloader != nil {
+		go func() {
+			if err := reloader.Run(certCtx); err != nil {
+				logger.Error("policy directory watcher stopped", "error", err)
+			}
+		}()
+	}
 	go func() {
 		if err := source.Start(certCtx); err != nil {
 			logger.Error("certificate watcher stopped", "error", err)
@@ -138,22 +166,43 @@ func policySource(o *Options) string {
 	return o.PolicyDir
 }
 
-func loadPolicies(ctx context.Context, o *Options) (*policies.Set, error) {
-	fsys := rego.Bundled()
-	if o.PolicyDir != "" {
-		if _, err := os.Stat(filepath.Join(o.PolicyDir, policies.RolesFile)); err != nil {
-			return nil, fmt.Errorf("--policy-dir %s: %w", o.PolicyDir, err)
+// loadPolicies loads the first policy set. Unlike a reload, a broken set
+// at start is an error: there is no last good set to keep serving.
+func loadPolicies(ctx context.Context, o *Options, opts policies.LoadOptions) (*policies.Set, error) {
+	if o.PolicyDir == "" {
+		set, err := policies.Load(ctx, rego.Bundled(), opts)
+		if err != nil {
+			return nil, fmt.Errorf("load bundled policies: %w", err)
 		}
-		fsys = os.DirFS(o.PolicyDir)
+		return set, nil
 	}
-	set, err := policies.Load(ctx, fsys, policies.LoadOptions{
-		EvalTimeout:  o.PolicyEvalTimeout,
-		AllowNetwork: o.AllowNetworkBuiltins,
-	})
+	if _, err := os.Stat(filepath.Join(o.PolicyDir, policies.RolesFile)); err != nil {
+		return nil, fmt.Errorf("--policy-dir %s: %w", o.PolicyDir, err)
+	}
+	return policies.LoadDir(ctx, o.PolicyDir, opts)
+}
+
+func policyStatus(engine *policies.Engine, reloader *policies.Reloader) string {
+	if reloader == nil {
+		return "serving bundled policies " + engine.Current().Revision
+	}
+	revision, lastErr, at := reloader.Status()
+	if lastErr != nil {
+		return fmt.Sprintf("serving %s; the last reload (%s) failed and was not applied: %v", revision, at.UTC().Format(time.RFC3339), lastErr)
+	}
+	return "serving " + revision
+}
+
+// openDecisionLog returns the logger decision lines go to.
+func openDecisionLog(dest string) (*slog.Logger, func(), error) {
+	if dest == "" || dest == "-" {
+		return slog.New(slog.NewJSONHandler(os.Stdout, nil)), func() {}, nil
+	}
+	f, err := os.OpenFile(dest, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("load policies from %s: %w", policySource(o), err)
+		return nil, nil, fmt.Errorf("--decision-log %s: %w", dest, err)
 	}
-	return set, nil
+	return slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }, nil
 }
 
 // certificateSource returns the rotating file source of the serving pair,

@@ -171,7 +171,7 @@ func TestInvalidQuantumNodesAreRejectedWithOurMessage(t *testing.T) {
 				o.SetAnnotations(map[string]string{"qn-role": "turbo"})
 				return o
 			}(),
-			want: []string{`annotation qn-role="turbo" names no known role; known roles: default`},
+			want: []string{`annotation qn-role="turbo" names no known role; known roles: batch, default, realtime`},
 		},
 	}
 	ctx := context.Background()

@@ -1,0 +1,76 @@
+package policies
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the engine's Prometheus series. A nil *Metrics records
+// nothing, so the engine runs without a registry in tests and in qnctl.
+type Metrics struct {
+	evalDuration     *prometheus.HistogramVec
+	evalErrors       *prometheus.CounterVec
+	windowRejections *prometheus.CounterVec
+	reloads          *prometheus.CounterVec
+	activeRevision   *prometheus.GaugeVec
+}
+
+// NewMetrics registers the engine's series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		evalDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "qn_admission_policy_eval_duration_seconds",
+			Help:    "Time of one Rego evaluation of a role's policies.",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .1, 1},
+		}, []string{"role"}),
+		evalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_policy_eval_errors_total",
+			Help: "Rego evaluations that failed or timed out, by role.",
+		}, []string{"role"}),
+		windowRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_window_rejections_total",
+			Help: "Changes refused because the role's rate window was full, by role.",
+		}, []string{"role"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_policy_reloads_total",
+			Help: "Policy directory reloads, by result (success|failure).",
+		}, []string{"result"}),
+		activeRevision: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qn_admission_policy_revision_info",
+			Help: "The policy revision being served (value 1), by revision.",
+		}, []string{"revision"}),
+	}
+	reg.MustRegister(m.evalDuration, m.evalErrors, m.windowRejections, m.reloads, m.activeRevision)
+	return m
+}
+
+func (m *Metrics) evaluated(role string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.evalDuration.WithLabelValues(role).Observe(d.Seconds())
+	if err != nil {
+		m.evalErrors.WithLabelValues(role).Inc()
+	}
+}
+
+func (m *Metrics) windowRejected(role string) {
+	if m != nil {
+		m.windowRejections.WithLabelValues(role).Inc()
+	}
+}
+
+// Reloaded records a reload attempt and, on success, the active revision.
+func (m *Metrics) Reloaded(revision string, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.reloads.WithLabelValues("failure").Inc()
+		return
+	}
+	m.reloads.WithLabelValues("success").Inc()
+	m.activeRevision.Reset()
+	m.activeRevision.WithLabelValues(revision).Set(1)
+}

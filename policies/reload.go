@@ -1,0 +1,121 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/quantumnode/qn-admission/policies/dirwatch"
+)
+
+// ReloaderOptions configure hot reload of a policy directory.
+type ReloaderOptions struct {
+	Load    LoadOptions
+	Watch   dirwatch.Options
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// Reloader keeps an Engine serving the newest policy set of a directory
+// that loads cleanly. A broken change (bad YAML, a Rego error, a failing Rego
+// test) keeps the last good set serving and is reported in the log, the
+// metrics and Status.
+type Reloader struct {
+	dir    string
+	engine *Engine
+	opts   ReloaderOptions
+
+	mu          sync.Mutex
+	lastErr     error
+	lastAttempt time.Time
+}
+
+// NewReloader watches dir for engine. Call Reload once before serving.
+func NewReloader(dir string, engine *Engine, opts ReloaderOptions) *Reloader {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Reloader{dir: dir, engine: engine, opts: opts}
+}
+
+// LoadDir loads a policy directory from disk, naming the revision by its git
+// commit when the directory is a checkout, else by a content hash. If the
+// content changes while it is read (a ConfigMap or git-sync swap mid-way),
+// it reads again, so a set never mixes two revisions.
+func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
+	const attempts = 3
+	for i := 0; ; i++ {
+		before, err := dirwatch.Fingerprint(dir)
+		if err != nil {
+			return nil, fmt.Errorf("read policy directory %s: %w", dir, err)
+		}
+		set, err := Load(ctx, os.DirFS(dir), opts)
+		if err != nil {
+			return nil, fmt.Errorf("policy directory %s: %w", dir, err)
+		}
+		after, err := dirwatch.Fingerprint(dir)
+		if err != nil {
+			return nil, fmt.Errorf("read policy directory %s: %w", dir, err)
+		}
+		if before == after {
+			if commit := dirwatch.Revision(dir); commit != "" {
+				set.Revision = "git:" + commit
+			}
+			return set, nil
+		}
+		if i == attempts-1 {
+			return nil, fmt.Errorf("policy directory %s kept changing while it was read (%d attempts)", dir, attempts)
+		}
+	}
+}
+
+// Reload loads the directory and swaps the new set in if it loaded cleanly.
+func (r *Reloader) Reload(ctx context.Context) error {
+	start := time.Now()
+	set, err := LoadDir(ctx, r.dir, r.opts.Load)
+	r.mu.Lock()
+	r.lastErr, r.lastAttempt = err, start
+	r.mu.Unlock()
+	r.opts.Metrics.Reloaded(revisionOf(set), err)
+	if err != nil {
+		serving := "nothing"
+		if cur := r.engine.Current(); cur != nil {
+			serving = cur.Revision
+		}
+		r.opts.Logger.Error("policy reload failed; keeping the last good set", "dir", r.dir, "error", err.Error(), "servingRevision", serving)
+		return err
+	}
+	prev := r.engine.Current()
+	r.engine.Swap(set)
+	if prev == nil || prev.Revision != set.Revision {
+		r.opts.Logger.Info("policies loaded", "dir", r.dir, "revision", set.Revision, "roles", set.Roles.Names(), "took", time.Since(start).String())
+	}
+	return nil
+}
+
+// Run reloads on every content change of the directory until ctx ends.
+func (r *Reloader) Run(ctx context.Context) error {
+	w := dirwatch.New(r.dir, r.opts.Watch)
+	return w.Run(ctx, func(ctx context.Context) { _ = r.Reload(ctx) })
+}
+
+// Status reports the revision being served and the error of the last
+// reload (nil when it succeeded), for readiness detail.
+func (r *Reloader) Status() (revision string, lastErr error, lastAttempt time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.engine.Current(); cur != nil {
+		revision = cur.Revision
+	}
+	return revision, r.lastErr, r.lastAttempt
+}
+
+func revisionOf(s *Set) string {
+	if s == nil {
+		return ""
+	}
+	return s.Revision
+}
