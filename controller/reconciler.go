@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -109,7 +110,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&qnv1alpha1.QuantumNode{}).
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Service{}, foreignServiceHandler(r.Client)).
-		Watches(&corev1.Node{}, nodeHandler(r.Client), nodeFactsChanged()).
+		Watches(&corev1.Node{}, nodeHandler(r.Client), builder.WithPredicates(nodeFactsChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Complete(r)
 	if err != nil {
@@ -173,7 +174,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // status says why). A Service of that name the QuantumNode does not control
 // is returned untouched.
 func (r *Reconciler) ensureService(ctx context.Context, qn *qnv1alpha1.QuantumNode) (*corev1.Service, error) {
-	if ServiceNameError(qn) != "" {
+	if reason, _ := serviceProblem(qn); reason != "" {
 		return nil, nil
 	}
 	key := client.ObjectKey{Namespace: qn.Namespace, Name: qn.Name}

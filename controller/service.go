@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -26,11 +27,32 @@ const (
 	ManagerName = "qn-controller"
 )
 
-// ServiceNameError says why the QuantumNode's name cannot name its Service,
-// or returns "" when it can. Object names may be DNS subdomains (dots, 253
-// characters); Service names must be DNS-1035 labels.
-func ServiceNameError(qn *qnv1alpha1.QuantumNode) string {
-	return strings.Join(validation.IsDNS1035Label(qn.Name), "; ")
+// serviceProblem says why no Service can be made for qn, as a condition
+// reason and message, or returns "", "" when one can. Object names may be
+// DNS subdomains (dots, 253 characters) while Service names must be
+// DNS-1035 labels; and without the admission webhook nothing stops two
+// entries of spec.services from sharing a name or a port, which the
+// apiserver would refuse in a Service.
+func serviceProblem(qn *qnv1alpha1.QuantumNode) (reason, message string) {
+	if errs := validation.IsDNS1035Label(qn.Name); len(errs) > 0 {
+		return ReasonServiceNameInvalid, fmt.Sprintf("the name %q cannot name a Service: %s; rename the QuantumNode", qn.Name, strings.Join(errs, "; "))
+	}
+	names := map[string]int{}
+	ports := map[int32]int{}
+	var clashes []string
+	for i, s := range qn.Spec.Services {
+		if j, seen := names[s.Name]; seen {
+			clashes = append(clashes, fmt.Sprintf("spec.services[%d] and [%d] are both named %s", j, i, s.Name))
+		}
+		if j, seen := ports[s.Port]; seen {
+			clashes = append(clashes, fmt.Sprintf("spec.services[%d] and [%d] both use port %d", j, i, s.Port))
+		}
+		names[s.Name], ports[s.Port] = i, i
+	}
+	if len(clashes) > 0 {
+		return ReasonServicesClash, strings.Join(clashes, "; ") + "; each service needs its own name and port"
+	}
+	return "", ""
 }
 
 // desiredPorts is the Service's port list as spec.services declares it:

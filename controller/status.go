@@ -38,6 +38,9 @@ const (
 	// name but not a valid Service name (a DNS-1035 label: at most 63
 	// characters, no dots, starting with a letter).
 	ReasonServiceNameInvalid = "ServiceNameInvalid"
+	// ReasonServicesClash: two entries of spec.services share a name or a
+	// port (possible when the admission webhook is not installed).
+	ReasonServicesClash = "ServicesClash"
 
 	// ReasonAllChecksPassed: the Node is matched and Ready, the Service exposed.
 	ReasonAllChecksPassed = "AllChecksPassed"
@@ -95,10 +98,10 @@ func nodeMatchedCondition(qn *qnv1alpha1.QuantumNode, node *corev1.Node) metav1.
 
 func servicesReadyCondition(qn *qnv1alpha1.QuantumNode, svc *corev1.Service) metav1.Condition {
 	c := metav1.Condition{Type: qnv1alpha1.ConditionServicesReady, Status: metav1.ConditionFalse}
+	problem, why := serviceProblem(qn)
 	switch {
-	case ServiceNameError(qn) != "":
-		c.Reason = ReasonServiceNameInvalid
-		c.Message = fmt.Sprintf("the name %q cannot name a Service: %s; rename the QuantumNode", qn.Name, ServiceNameError(qn))
+	case problem != "":
+		c.Reason, c.Message = problem, why
 	case svc == nil:
 		c.Reason = ReasonServiceMissing
 		c.Message = fmt.Sprintf("Service %s does not exist yet", qn.Name)
@@ -127,7 +130,7 @@ func summarise(nodeMatched, servicesReady metav1.Condition, node *corev1.Node) (
 	case nodeMatched.Reason == ReasonArchMismatch:
 		from(nodeMatched)
 		return qnv1alpha1.PhaseFailed, ready
-	case servicesReady.Reason == ReasonServiceNotOwned, servicesReady.Reason == ReasonServiceNameInvalid:
+	case servicesReady.Reason == ReasonServiceNotOwned, servicesReady.Reason == ReasonServiceNameInvalid, servicesReady.Reason == ReasonServicesClash:
 		from(servicesReady)
 		return qnv1alpha1.PhaseFailed, ready
 	case nodeMatched.Reason == ReasonNodeNotFound:

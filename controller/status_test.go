@@ -183,6 +183,26 @@ func TestComputeStatus(t *testing.T) {
 			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceNameInvalid, `the name "edge.1" cannot name a Service`},
 			ready:   wantCondition{metav1.ConditionFalse, ReasonServiceNameInvalid, "rename the QuantumNode"},
 		},
+		"two services sharing a port fail it with ServicesClash naming both entries": {
+			qn: quantumNode(func(q *qnv1alpha1.QuantumNode) {
+				q.Spec.Services = append(q.Spec.Services, qnv1alpha1.Service{Name: "admin", Port: 8080})
+			}),
+			node: node(), noSvc: true,
+			phase:   qnv1alpha1.PhaseFailed,
+			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, ReasonServicesClash, "spec.services[0] and [2] both use port 8080"},
+			ready:   wantCondition{metav1.ConditionFalse, ReasonServicesClash, "each service needs its own name and port"},
+		},
+		"two services sharing a name fail it with ServicesClash": {
+			qn: quantumNode(func(q *qnv1alpha1.QuantumNode) {
+				q.Spec.Services = append(q.Spec.Services, qnv1alpha1.Service{Name: "grpc", Port: 9091})
+			}),
+			node: node(), noSvc: true,
+			phase:   qnv1alpha1.PhaseFailed,
+			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, ReasonServicesClash, "spec.services[1] and [2] are both named grpc"},
+			ready:   wantCondition{metav1.ConditionFalse, ReasonServicesClash, ""},
+		},
 		"an architecture mismatch is named before a missing Node would be and before a missing Service": {
 			qn: quantumNode(), node: node(func(n *corev1.Node) { n.Status.NodeInfo.Architecture = "amd64" }), noSvc: true,
 			phase:   qnv1alpha1.PhaseFailed,

@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -91,8 +90,8 @@ func foreignServiceHandler(c client.Reader) handler.EventHandler {
 // nodeFactsChanged lets through Node updates that can change a QuantumNode's
 // status: labels, architecture, the Ready condition. Kubelet heartbeats
 // update Nodes all the time and change none of these.
-func nodeFactsChanged() builder.Predicates {
-	return builder.WithPredicates(predicate.Funcs{
+func nodeFactsChanged() predicate.Predicate {
+	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			oldNode, okOld := e.ObjectOld.(*corev1.Node)
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
@@ -103,7 +102,7 @@ func nodeFactsChanged() builder.Predicates {
 				oldNode.Status.NodeInfo.Architecture != newNode.Status.NodeInfo.Architecture ||
 				readyFacts(oldNode) != readyFacts(newNode)
 		},
-	})
+	}
 }
 
 // readyFacts is the part of a Node's Ready condition the status reports;
