@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quantumnode/qn-admission/policies/dirwatch"
@@ -24,21 +25,33 @@ type ReloaderOptions struct {
 // test) keeps the last good set serving and is reported in the log, the
 // metrics and Status.
 type Reloader struct {
-	dir    string
-	engine *Engine
-	opts   ReloaderOptions
+	dir     string
+	opts    ReloaderOptions
+	watcher *dirwatch.Watcher
+	engine  atomic.Pointer[Engine]
 
 	mu          sync.Mutex
 	lastErr     error
 	lastAttempt time.Time
 }
 
-// NewReloader watches dir for engine. Call Reload once before serving.
-func NewReloader(dir string, engine *Engine, opts ReloaderOptions) *Reloader {
+// NewReloader starts following dir. Create it before the first load
+// (Load): it notes the directory's content now, so a change that lands
+// between the first load and Run is still reloaded.
+func NewReloader(dir string, opts ReloaderOptions) *Reloader {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Reloader{dir: dir, engine: engine, opts: opts}
+	if opts.Watch.Logger == nil {
+		opts.Watch.Logger = opts.Logger
+	}
+	return &Reloader{dir: dir, opts: opts, watcher: dirwatch.New(dir, opts.Watch)}
+}
+
+// Load is the first load of the directory; an error here has no last good
+// set to fall back on.
+func (r *Reloader) Load(ctx context.Context) (*Set, error) {
+	return LoadDir(ctx, r.dir, r.opts.Load)
 }
 
 // LoadDir loads a policy directory from disk, naming the revision by its git
@@ -72,8 +85,13 @@ func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
 	}
 }
 
-// Reload loads the directory and swaps the new set in if it loaded cleanly.
+// Reload loads the directory and swaps the new set into the engine Run
+// serves if it loaded cleanly.
 func (r *Reloader) Reload(ctx context.Context) error {
+	engine := r.engine.Load()
+	if engine == nil {
+		return fmt.Errorf("reload %s: no engine yet (call Run)", r.dir)
+	}
 	start := time.Now()
 	set, err := LoadDir(ctx, r.dir, r.opts.Load)
 	r.mu.Lock()
@@ -82,24 +100,25 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	r.opts.Metrics.Reloaded(revisionOf(set), err)
 	if err != nil {
 		serving := "nothing"
-		if cur := r.engine.Current(); cur != nil {
+		if cur := engine.Current(); cur != nil {
 			serving = cur.Revision
 		}
 		r.opts.Logger.Error("policy reload failed; keeping the last good set", "dir", r.dir, "error", err.Error(), "servingRevision", serving)
 		return err
 	}
-	prev := r.engine.Current()
-	r.engine.Swap(set)
+	prev := engine.Current()
+	engine.Swap(set)
 	if prev == nil || prev.Revision != set.Revision {
 		r.opts.Logger.Info("policies loaded", "dir", r.dir, "revision", set.Revision, "roles", set.Roles.Names(), "took", time.Since(start).String())
 	}
 	return nil
 }
 
-// Run reloads on every content change of the directory until ctx ends.
-func (r *Reloader) Run(ctx context.Context) error {
-	w := dirwatch.New(r.dir, r.opts.Watch)
-	return w.Run(ctx, func(ctx context.Context) { _ = r.Reload(ctx) })
+// Run keeps engine serving the newest good set: it reloads on every
+// content change of the directory until ctx ends.
+func (r *Reloader) Run(ctx context.Context, engine *Engine) error {
+	r.engine.Store(engine)
+	return r.watcher.Run(ctx, func(ctx context.Context) { _ = r.Reload(ctx) })
 }
 
 // Status reports the revision being served and the error of the last
@@ -107,8 +126,8 @@ func (r *Reloader) Run(ctx context.Context) error {
 func (r *Reloader) Status() (revision string, lastErr error, lastAttempt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if cur := r.engine.Current(); cur != nil {
-		revision = cur.Revision
+	if e := r.engine.Load(); e != nil && e.Current() != nil {
+		revision = e.Current().Revision
 	}
 	return revision, r.lastErr, r.lastAttempt
 }

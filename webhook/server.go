@@ -32,22 +32,22 @@ func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	policyMetrics := policies.NewMetrics(reg)
 	loadOpts := policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins}
-	set, err := loadPolicies(ctx, o, loadOpts)
-	if err != nil {
-		return err
-	}
-	policyMetrics.Reloaded(set.Revision, nil)
-	logger.Info("policies loaded", "source", policySource(o), "revision", set.Revision, "roles", set.Roles.Names())
-	engine := policies.NewEngine(set, policies.EngineOptions{Metrics: policyMetrics})
 	var reloader *policies.Reloader
 	if o.PolicyDir != "" {
-		reloader = policies.NewReloader(o.PolicyDir, engine, policies.ReloaderOptions{
+		reloader = policies.NewReloader(o.PolicyDir, policies.ReloaderOptions{
 			Load:    loadOpts,
 			Watch:   dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: logger},
 			Metrics: policyMetrics,
 			Logger:  logger,
 		})
 	}
+	set, err := loadPolicies(ctx, o, reloader, loadOpts)
+	if err != nil {
+		return err
+	}
+	policyMetrics.Reloaded(set.Revision, nil)
+	logger.Info("policies loaded", "source", policySource(o), "revision", set.Revision, "roles", set.Roles.Names())
+	engine := policies.NewEngine(set, policies.EngineOptions{Metrics: policyMetrics})
 	decisionLog, closeDecisionLog, err := openDecisionLog(o.DecisionLog)
 	if err != nil {
 		return err
@@ -114,7 +114,7 @@ func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
 	defer stopCerts()
 	if reloader != nil {
 		go func() {
-			if err := reloader.Run(certCtx); err != nil {
+			if err := reloader.Run(certCtx, engine); err != nil {
 				logger.Error("policy directory watcher stopped", "error", err)
 			}
 		}()
@@ -168,8 +168,8 @@ func policySource(o *Options) string {
 
 // loadPolicies loads the first policy set. Unlike a reload, a broken set
 // at start is an error: there is no last good set to keep serving.
-func loadPolicies(ctx context.Context, o *Options, opts policies.LoadOptions) (*policies.Set, error) {
-	if o.PolicyDir == "" {
+func loadPolicies(ctx context.Context, o *Options, reloader *policies.Reloader, opts policies.LoadOptions) (*policies.Set, error) {
+	if reloader == nil {
 		set, err := policies.Load(ctx, rego.Bundled(), opts)
 		if err != nil {
 			return nil, fmt.Errorf("load bundled policies: %w", err)
@@ -179,7 +179,7 @@ func loadPolicies(ctx context.Context, o *Options, opts policies.LoadOptions) (*
 	if _, err := os.Stat(filepath.Join(o.PolicyDir, policies.RolesFile)); err != nil {
 		return nil, fmt.Errorf("--policy-dir %s: %w", o.PolicyDir, err)
 	}
-	return policies.LoadDir(ctx, o.PolicyDir, opts)
+	return reloader.Load(ctx)
 }
 
 func policyStatus(engine *policies.Engine, reloader *policies.Reloader) string {
