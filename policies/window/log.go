@@ -1,0 +1,157 @@
+package window
+
+import "time"
+
+// entry is one recorded change. The uid's hash is compared before the
+// string so that the retry check over a full window stays a scan of
+// integers; the string is kept so a hash collision can never make a new
+// change pass for a retry.
+type entry struct {
+	at      int64 // nanoseconds since the store's base time
+	uidHash uint64
+	uid     string
+}
+
+// keyLog is one key's sliding log: a ring buffer of its entries, oldest at
+// head, in non-decreasing time order. It holds at most Limit.Count entries,
+// and grows by doubling so that a key with a large Count but few changes
+// stays small.
+type keyLog struct {
+	key     string
+	entries []entry
+	head    int
+	n       int
+	// period is the Period of the last Take, kept only to tell whether the
+	// key is idle when it is swept or evicted.
+	period time.Duration
+
+	// prev and next link the shard's least-recently-used list.
+	prev, next *keyLog
+}
+
+// minEntries is the first ring size; small, since most keys never fill.
+const minEntries = 4
+
+func (k *keyLog) at(i int) int64 {
+	j := k.head + i
+	if j >= len(k.entries) {
+		j -= len(k.entries)
+	}
+	return k.entries[j].at
+}
+
+func (k *keyLog) newest() int64 { return k.at(k.n - 1) }
+
+// counted returns the logical index of the oldest entry that counts under
+// limit at now. Entries before it have left the window (now-at >= Period)
+// or lie beyond limit.Count after the Count was lowered; the latter are
+// dropped because with limit.Count entries held the window is full either
+// way, and a slot frees exactly when the oldest of the newest Count entries
+// leaves, so the decisions are the same as with every entry kept.
+func (k *keyLog) counted(now int64, limit Limit) int {
+	// Binary search: the log is time-ordered, and Peek does not drop
+	// what it skips, so a linear scan would redo that work on every call.
+	period := int64(limit.Period)
+	lo, hi := 0, k.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if now-k.at(mid) >= period {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if k.n-lo > limit.Count {
+		lo = k.n - limit.Count
+	}
+	return lo
+}
+
+// state describes the window at now when the entries from logical index
+// first on are the ones that count.
+func (k *keyLog) state(now int64, limit Limit, first int) State {
+	s := State{Count: k.n - first, Limit: limit.Count, Period: limit.Period}
+	s.Remaining = limit.Count - s.Count
+	if s.Remaining <= 0 {
+		s.Remaining = 0
+		s.RetryAfter = time.Duration(int64(limit.Period) - (now - k.at(first)))
+	}
+	return s
+}
+
+// drop forgets the m oldest entries, clearing them so the uids can be
+// collected.
+func (k *keyLog) drop(m int) {
+	for ; m > 0; m-- {
+		k.entries[k.head] = entry{}
+		k.head++
+		if k.head == len(k.entries) {
+			k.head = 0
+		}
+		k.n--
+	}
+	if k.n == 0 {
+		k.head = 0
+	}
+}
+
+// fit shrinks the ring when the Count was lowered, so memory follows the
+// current Limit, not the largest one ever seen. Call after drop has left at
+// most count entries.
+func (k *keyLog) fit(count int) {
+	if len(k.entries) > count {
+		k.resize(count)
+	}
+}
+
+func (k *keyLog) resize(size int) {
+	e := make([]entry, size)
+	for i := 0; i < k.n; i++ {
+		j := k.head + i
+		if j >= len(k.entries) {
+			j -= len(k.entries)
+		}
+		e[i] = k.entries[j]
+	}
+	k.entries, k.head = e, 0
+}
+
+// holds reports whether a counted entry carries uid, newest first since an
+// apiserver retry follows its first attempt closely.
+func (k *keyLog) holds(uidHash uint64, uid string) bool {
+	for i := k.n - 1; i >= 0; i-- {
+		j := k.head + i
+		if j >= len(k.entries) {
+			j -= len(k.entries)
+		}
+		if e := &k.entries[j]; e.uidHash == uidHash && e.uid == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// push records e; the caller has checked that fewer than count entries are
+// held. A time earlier than the newest entry (only a wall clock without a
+// monotonic reading can step back) is recorded at the newest time instead,
+// which keeps the log ordered and errs towards counting the change longer.
+func (k *keyLog) push(e entry, count int) {
+	if k.n > 0 && e.at < k.newest() {
+		e.at = k.newest()
+	}
+	if k.n == len(k.entries) {
+		k.resize(min(max(2*len(k.entries), minEntries), count))
+	}
+	j := k.head + k.n
+	if j >= len(k.entries) {
+		j -= len(k.entries)
+	}
+	k.entries[j] = e
+	k.n++
+}
+
+// idle reports whether nothing of this key is inside its window any more,
+// so forgetting it changes no decision.
+func (k *keyLog) idle(now int64) bool {
+	return k.n == 0 || now-k.newest() >= int64(k.period)
+}
