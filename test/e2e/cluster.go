@@ -34,6 +34,9 @@ type Cluster struct {
 	Dynamic    dynamic.Interface
 	Kubeconfig string // a file for kubectl, as an admin user
 	Kubectl    string // the kubectl built with the apiserver
+	// AsKubectlUser is a client with kubectl's identity, for tests where
+	// who makes a change matters (rate windows are per user).
+	AsKubectlUser dynamic.Interface
 	dir        string
 }
 
@@ -83,6 +86,11 @@ func StartCluster() (*Cluster, error) {
 	}
 	admin, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
+		return nil, c.stopWith(err)
+	}
+	asUser := admin.Config()
+	asUser.QPS, asUser.Burst = 500, 500 // client-go throttles to 5 QPS by default
+	if c.AsKubectlUser, err = dynamic.NewForConfig(asUser); err != nil {
 		return nil, c.stopWith(err)
 	}
 	kc, err := admin.KubeConfig()

@@ -19,6 +19,7 @@ import (
 )
 
 var (
+	policyDir string
 	cluster  *Cluster
 	webhook  *WebhookProcess
 	binary   string
@@ -50,7 +51,14 @@ func runSuite(m *testing.M) int {
 	}
 	defer cluster.Stop()
 	fmt.Printf("e2e: kube-apiserver up in %s (incl. building qn-webhook)\n", time.Since(start).Round(time.Millisecond))
-	if webhook, err = StartWebhook(binary, suiteDir+"/certs"); err != nil {
+	// The suite's webhook serves a directory copy of the bundled policies, so
+	// tests can change them and watch the hot reload.
+	policyDir = suiteDir + "/policies"
+	if err := WriteBundledPolicies(policyDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if webhook, err = StartWebhook(binary, suiteDir+"/certs", "--policy-dir", policyDir, "--policy-poll-interval", "500ms"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/quantumnode/qn-admission/rego"
 )
 
 // BuildWebhook compiles cmd/qn-webhook into dir: the suite runs the real
@@ -270,4 +274,35 @@ func Contains(err error, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// WriteBundledPolicies copies the policies bundled in the binary into dir,
+// the layout a user keeps in Git.
+func WriteBundledPolicies(dir string) error {
+	bundled := rego.Bundled()
+	return fs.WalkDir(bundled, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, path)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := fs.ReadFile(bundled, path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+}
+
+// Readiness returns the body of /readyz?verbose.
+func (w *WebhookProcess) Readiness() (string, error) {
+	resp, err := http.Get("http://" + w.Probe + "/readyz?verbose")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
 }

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+func realtimeQN(name string) *unstructured.Unstructured {
+	o := qn(name, "arm64", svc("mqtt", 8883))
+	o.SetAnnotations(map[string]string{"qn-role": "realtime", "qn.dev/latency-budget-ms": "20"})
+	o.SetLabels(map[string]string{"topology.kubernetes.io/zone": "cn-shanghai"})
+	return o
+}
+
+// TestRealtimeWindowRefusesThe121stChange: one user, 121 QuantumNode
+// changes under realtime (120 per 60 s) inside one window.
+func TestRealtimeWindowRefusesThe121stChange(t *testing.T) {
+	registered(t)
+	ctx := context.Background()
+	start := time.Now()
+	for i := 1; i <= 120; i++ {
+		if _, err := createQN(ctx, cluster.AsKubectlUser, namespace, realtimeQN(fmt.Sprintf("rt-%03d", i)), false); err != nil {
+			t.Fatalf("realtime change %d of 120 should be admitted: %v", i, err)
+		}
+	}
+	manifest := `apiVersion: qn.dev/v1alpha1
+kind: QuantumNode
+metadata:
+  name: rt-121
+  annotations: {qn-role: realtime, qn.dev/latency-budget-ms: "20"}
+  labels: {topology.kubernetes.io/zone: cn-shanghai}
+spec:
+  hardware: {arch: arm64}
+  services: [{name: mqtt, port: 8883}]
+`
+	out, err := cluster.RunKubectl(ctx, manifest, "create", "-n", namespace, "-f", "-")
+	elapsed := time.Since(start)
+	if elapsed > 55*time.Second {
+		t.Fatalf("121 changes took %s: they no longer fit in one 60 s window, so this test proves nothing; kubectl printed:\n%s", elapsed, out)
+	}
+	want := `Error from server (TooManyRequests): error when creating "STDIN": admission webhook "validate.qn-admission.qn.dev" denied the request: rate window full: role "realtime" allows 120 changes per 1m0s per user;`
+	if err == nil || !strings.HasPrefix(strings.TrimSpace(out), want) || !strings.Contains(out, "has made 120 in the last 1m0s; a slot frees in") {
+		t.Fatalf("the 121st realtime change must be refused with 429:\n got %s\nwant %s...", out, want)
+	}
+	t.Logf("121 changes in %s; kubectl printed:\n%s", elapsed.Round(time.Millisecond), out)
+}
+
+func TestBatchWithoutLowPriorityIsRefused(t *testing.T) {
+	registered(t)
+	o := qn("batch-high", "amd64", svc("job", 9000))
+	o.SetAnnotations(map[string]string{"qn-role": "batch"})
+	o.SetLabels(map[string]string{"priority": "high"})
+	_, err := createQN(context.Background(), cluster.Dynamic, namespace, o, false)
+	if !apierrors.IsForbidden(err) || !Contains(err, `denied by qn-admission (role "batch"): batch QuantumNodes must carry label priority=low (found priority=high)`) {
+		t.Fatalf("want the batch denial, got %v", err)
+	}
+	o.SetLabels(map[string]string{"priority": "low"})
+	if _, err := createQN(context.Background(), cluster.Dynamic, namespace, o, false); err != nil {
+		t.Fatalf("a low-priority batch create is admitted: %v", err)
+	}
+}
+
+// TestHotReloadSwitchesARoleToWarn edits roles.yaml in the served policy
+// directory: a broken edit keeps the last good set (and says so in
+// /readyz?verbose); switching batch to warn admits with a warning.
+func TestHotReloadSwitchesARoleToWarn(t *testing.T) {
+	registered(t)
+	ctx := context.Background()
+	rolesFile := filepath.Join(policyDir, "roles.yaml")
+	original, err := os.ReadFile(rolesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(rolesFile, original, 0o644)
+		_ = Eventually(ctx, 20*time.Second, func() error { return batchDenied(ctx, cluster.Dynamic, "batch-cleanup") })
+	})
+
+	// A broken edit: the last good set keeps serving.
+	broken := strings.Replace(string(original), "window: {limit: 30, period: 60s, key: user}", "window: {limit: 30, period: sixty}", 1)
+	if err := os.WriteFile(rolesFile, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ready string
+	err = Eventually(ctx, 20*time.Second, func() error {
+		ready, err = webhook.Readiness()
+		if err != nil || !strings.Contains(ready, "failed and was not applied") {
+			return fmt.Errorf("reload failure not reported yet: %v %s", err, ready)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ready, `roles.batch.window.period: "sixty" is not a positive duration`) || !strings.Contains(ready, "roles.yaml:") || !strings.Contains(ready, "\nok\n") {
+		t.Fatalf("/readyz?verbose should stay ready and name the file, line and field:\n%s", ready)
+	}
+	t.Logf("/readyz?verbose after a broken edit:\n%s", ready)
+	if err := batchDenied(ctx, cluster.Dynamic, "batch-during-broken"); err != nil {
+		t.Fatalf("the last good set keeps enforcing: %v", err)
+	}
+
+	// Switch batch to warn.
+	warn := strings.Replace(string(original), "    window: {limit: 30, period: 60s, key: user}\n", "    window: {limit: 30, period: 60s, key: user}\n    enforcement: warn\n", 1)
+	if warn == string(original) {
+		t.Fatal("could not find the batch window line to edit")
+	}
+	if err := os.WriteFile(rolesFile, []byte(warn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := &warningRecorder{}
+	cfg := rest.CopyConfig(cluster.Config)
+	cfg.WarningHandler = rec
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	err = Eventually(ctx, 20*time.Second, func() error {
+		i++
+		o := qn(fmt.Sprintf("batch-warn-%d", i), "amd64", svc("job", 9000))
+		o.SetAnnotations(map[string]string{"qn-role": "batch"})
+		_, err := createQN(ctx, dyn, namespace, o, false)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("in warn mode a batch create without priority=low is admitted: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := `not enforced (role "batch" is in warn mode): denied by qn-admission (role "batch"): batch QuantumNodes must carry label priority=low (found no priority label)`
+	if len(rec.warnings) == 0 || rec.warnings[len(rec.warnings)-1] != want {
+		t.Fatalf("want the warning %q, got %q", want, rec.warnings)
+	}
+}
+
+func batchDenied(ctx context.Context, dyn dynamic.Interface, name string) error {
+	o := qn(name, "amd64", svc("job", 9000))
+	o.SetAnnotations(map[string]string{"qn-role": "batch"})
+	_, err := createQN(ctx, dyn, namespace, o, true)
+	if !apierrors.IsForbidden(err) {
+		return fmt.Errorf("batch without priority=low should be refused, got %v", err)
+	}
+	return nil
+}
