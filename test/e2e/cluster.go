@@ -37,7 +37,7 @@ type Cluster struct {
 	// AsKubectlUser is a client with kubectl's identity, for tests where
 	// who makes a change matters (rate windows are per user).
 	AsKubectlUser dynamic.Interface
-	dir        string
+	dir           string
 }
 
 // AssetsDir is where the kube-apiserver, etcd and kubectl binaries are.

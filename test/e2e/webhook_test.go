@@ -20,10 +20,10 @@ import (
 
 var (
 	policyDir string
-	cluster  *Cluster
-	webhook  *WebhookProcess
-	binary   string
-	suiteDir string
+	cluster   *Cluster
+	webhook   *WebhookProcess
+	binary    string
+	suiteDir  string
 )
 
 const namespace = "default"
