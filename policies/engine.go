@@ -88,7 +88,7 @@ func (e *Engine) validate(ctx context.Context, set *Set, in *Input) Decision {
 		ctxv.Window = windowState(w, st)
 	}
 
-	res, err := e.evaluate(ctx, set, name, in, ctxv)
+	res, err := e.evaluate(ctx, set, name, false, in, ctxv)
 	if err != nil {
 		return j.failed(err)
 	}
@@ -202,7 +202,7 @@ func (e *Engine) mutate(ctx context.Context, set *Set, in *Input) Decision {
 	j := judgement{role: role, name: name}
 	ctxv := in.Context
 	ctxv.Role = name
-	res, err := e.evaluate(ctx, set, name, in, ctxv)
+	res, err := e.evaluate(ctx, set, name, true, in, ctxv)
 	if err != nil {
 		return j.failed(err)
 	}
@@ -239,8 +239,8 @@ func operationDenied(name string, role Role, in *Input) Decision {
 		"role %q may not %s %s; it may %s", name, strings.ToLower(in.Context.Operation), in.Context.Kind.Kind, strings.Join(role.Operations, ", ")))
 }
 
-func (e *Engine) evaluate(ctx context.Context, set *Set, role string, in *Input, c Context) (rego.Result, error) {
-	q, ok := set.Query(role)
+func (e *Engine) evaluate(ctx context.Context, set *Set, role string, mutating bool, in *Input, c Context) (rego.Result, error) {
+	q, ok := set.Query(role, mutating)
 	if !ok {
 		return rego.Result{}, fmt.Errorf("no prepared policies (policy set %s is inconsistent)", set.Revision)
 	}

@@ -12,6 +12,44 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
+// Keys of the input document, built once: a request allocates only values.
+var (
+	keyAnnotations        = ast.StringTerm("annotations")
+	keyContext            = ast.StringTerm("context")
+	keyCount              = ast.StringTerm("count")
+	keyDryRun             = ast.StringTerm("dryRun")
+	keyExtra              = ast.StringTerm("extra")
+	keyGroup              = ast.StringTerm("group")
+	keyGroups             = ast.StringTerm("groups")
+	keyKey                = ast.StringTerm("key")
+	keyKind               = ast.StringTerm("kind")
+	keyLabels             = ast.StringTerm("labels")
+	keyLimit              = ast.StringTerm("limit")
+	keyName               = ast.StringTerm("name")
+	keyObject             = ast.StringTerm("object")
+	keyOldObject          = ast.StringTerm("oldObject")
+	keyOptions            = ast.StringTerm("options")
+	keyNamespace          = ast.StringTerm("namespace")
+	keyOperation          = ast.StringTerm("operation")
+	keyPeriodSeconds      = ast.StringTerm("periodSeconds")
+	keyRemaining          = ast.StringTerm("remaining")
+	keyRequest            = ast.StringTerm("request")
+	keyRequestKind        = ast.StringTerm("requestKind")
+	keyRequestResource    = ast.StringTerm("requestResource")
+	keyRequestSubResource = ast.StringTerm("requestSubResource")
+	keyResource           = ast.StringTerm("resource")
+	keyRole               = ast.StringTerm("role")
+	keySubResource        = ast.StringTerm("subResource")
+	keyTime               = ast.StringTerm("time")
+	keyUid                = ast.StringTerm("uid")
+	keyUser               = ast.StringTerm("user")
+	keyUserInfo           = ast.StringTerm("userInfo")
+	keyUserUID            = ast.StringTerm("userUID")
+	keyUsername           = ast.StringTerm("username")
+	keyVersion            = ast.StringTerm("version")
+	keyWindow             = ast.StringTerm("window")
+)
+
 // policyInput is the document Rego sees as input, in its JSON form. The
 // fast builder below must produce exactly this (a test holds them equal).
 type policyInput struct {
@@ -34,57 +72,54 @@ func inputValue(in *Input, c Context) (ast.Value, error) {
 		request = ast.NewTerm(obj)
 	}
 	return ast.NewObject(
-		ast.Item(ast.StringTerm("request"), request),
-		ast.Item(ast.StringTerm("context"), ast.NewTerm(contextObject(c))),
+		ast.Item(keyRequest, request),
+		ast.Item(keyContext, ast.NewTerm(contextObject(c))),
 	), nil
 }
 
 func requestObject(in *Input) (ast.Object, error) {
 	r := in.Request
 	o := ast.NewObject(
-		strItem("uid", string(r.UID)),
-		ast.Item(ast.StringTerm("kind"), gvkTerm(r.Kind)),
-		ast.Item(ast.StringTerm("resource"), gvrTerm(r.Resource)),
-		strItem("operation", string(r.Operation)),
-		ast.Item(ast.StringTerm("userInfo"), userInfoTerm(r)),
+		strItem(keyUid, string(r.UID)),
+		ast.Item(keyKind, gvkTerm(r.Kind)),
+		ast.Item(keyResource, gvrTerm(r.Resource)),
+		strItem(keyOperation, string(r.Operation)),
+		ast.Item(keyUserInfo, userInfoTerm(r)),
 	)
-	optStr(o, "subResource", r.SubResource)
+	optStr(o, keySubResource, r.SubResource)
 	if r.RequestKind != nil {
-		o.Insert(ast.StringTerm("requestKind"), gvkTerm(*r.RequestKind))
+		o.Insert(keyRequestKind, gvkTerm(*r.RequestKind))
 	}
 	if r.RequestResource != nil {
-		o.Insert(ast.StringTerm("requestResource"), gvrTerm(*r.RequestResource))
+		o.Insert(keyRequestResource, gvrTerm(*r.RequestResource))
 	}
-	optStr(o, "requestSubResource", r.RequestSubResource)
-	optStr(o, "name", r.Name)
-	optStr(o, "namespace", r.Namespace)
-	for key, raw := range map[string]runtime.RawExtension{"object": r.Object, "oldObject": r.OldObject, "options": r.Options} {
-		term, err := objectTerm(key, raw, in)
+	optStr(o, keyRequestSubResource, r.RequestSubResource)
+	optStr(o, keyName, r.Name)
+	optStr(o, keyNamespace, r.Namespace)
+	for _, f := range [...]struct {
+		key     *ast.Term
+		raw     runtime.RawExtension
+		decoded map[string]any
+	}{{keyObject, r.Object, in.Object}, {keyOldObject, r.OldObject, in.OldObject}, {keyOptions, r.Options, nil}} {
+		term, err := objectTerm(f.key, f.raw, f.decoded)
 		if err != nil {
 			return nil, err
 		}
-		o.Insert(ast.StringTerm(key), term)
+		o.Insert(f.key, term)
 	}
 	if r.DryRun != nil {
-		o.Insert(ast.StringTerm("dryRun"), ast.BooleanTerm(*r.DryRun))
+		o.Insert(keyDryRun, ast.BooleanTerm(*r.DryRun))
 	}
 	return o, nil
 }
 
 // objectTerm uses the decoded object when the webhook has one, so policies
 // judge exactly what was validated; options are small and parsed here.
-func objectTerm(key string, raw runtime.RawExtension, in *Input) (*ast.Term, error) {
-	var decoded map[string]any
-	switch key {
-	case "object":
-		decoded = in.Object
-	case "oldObject":
-		decoded = in.OldObject
-	}
+func objectTerm(key *ast.Term, raw runtime.RawExtension, decoded map[string]any) (*ast.Term, error) {
 	if decoded != nil {
 		v, err := ast.InterfaceToValue(decoded)
 		if err != nil {
-			return nil, fmt.Errorf("convert request.%s for policies: %w", key, err)
+			return nil, fmt.Errorf("convert request.%v for policies: %w", key, err)
 		}
 		return ast.NewTerm(v), nil
 	}
@@ -93,7 +128,7 @@ func objectTerm(key string, raw runtime.RawExtension, in *Input) (*ast.Term, err
 	}
 	v, err := ast.ValueFromReader(bytes.NewReader(raw.Raw))
 	if err != nil {
-		return nil, fmt.Errorf("parse request.%s for policies: %w", key, err)
+		return nil, fmt.Errorf("parse request.%v for policies: %w", key, err)
 	}
 	return ast.NewTerm(v), nil
 }
@@ -101,71 +136,71 @@ func objectTerm(key string, raw runtime.RawExtension, in *Input) (*ast.Term, err
 func userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {
 	u := r.UserInfo
 	o := ast.NewObject()
-	optStr(o, "username", u.Username)
-	optStr(o, "uid", u.UID)
+	optStr(o, keyUsername, u.Username)
+	optStr(o, keyUid, u.UID)
 	if len(u.Groups) > 0 {
-		o.Insert(ast.StringTerm("groups"), stringsTerm(u.Groups))
+		o.Insert(keyGroups, stringsTerm(u.Groups))
 	}
 	if len(u.Extra) > 0 {
 		extra := ast.NewObject()
 		for k, v := range u.Extra {
 			extra.Insert(ast.StringTerm(k), stringsTerm(v))
 		}
-		o.Insert(ast.StringTerm("extra"), ast.NewTerm(extra))
+		o.Insert(keyExtra, ast.NewTerm(extra))
 	}
 	return ast.NewTerm(o)
 }
 
 func contextObject(c Context) ast.Object {
 	o := ast.NewObject(
-		strItem("uid", c.UID),
-		strItem("user", c.User),
-		ast.Item(ast.StringTerm("groups"), stringsTerm(c.Groups)),
-		strItem("operation", c.Operation),
-		ast.Item(ast.StringTerm("kind"), ast.NewTerm(ast.NewObject(strItem("group", c.Kind.Group), strItem("version", c.Kind.Version), strItem("kind", c.Kind.Kind)))),
-		ast.Item(ast.StringTerm("resource"), ast.NewTerm(ast.NewObject(strItem("group", c.Resource.Group), strItem("version", c.Resource.Version), strItem("resource", c.Resource.Resource)))),
-		strItem("namespace", c.Namespace),
-		strItem("name", c.Name),
-		ast.Item(ast.StringTerm("labels"), stringMapTerm(c.Labels)),
-		ast.Item(ast.StringTerm("annotations"), stringMapTerm(c.Annotations)),
-		strItem("role", c.Role),
-		ast.Item(ast.StringTerm("dryRun"), ast.BooleanTerm(c.DryRun)),
-		strItem("time", c.Time.Format(time.RFC3339Nano)),
+		strItem(keyUid, c.UID),
+		strItem(keyUser, c.User),
+		ast.Item(keyGroups, stringsTerm(c.Groups)),
+		strItem(keyOperation, c.Operation),
+		ast.Item(keyKind, ast.NewTerm(ast.NewObject(strItem(keyGroup, c.Kind.Group), strItem(keyVersion, c.Kind.Version), strItem(keyKind, c.Kind.Kind)))),
+		ast.Item(keyResource, ast.NewTerm(ast.NewObject(strItem(keyGroup, c.Resource.Group), strItem(keyVersion, c.Resource.Version), strItem(keyResource, c.Resource.Resource)))),
+		strItem(keyNamespace, c.Namespace),
+		strItem(keyName, c.Name),
+		ast.Item(keyLabels, stringMapTerm(c.Labels)),
+		ast.Item(keyAnnotations, stringMapTerm(c.Annotations)),
+		strItem(keyRole, c.Role),
+		ast.Item(keyDryRun, ast.BooleanTerm(c.DryRun)),
+		strItem(keyTime, c.Time.Format(time.RFC3339Nano)),
 	)
-	optStr(o, "userUID", c.UserUID)
-	optStr(o, "subResource", c.SubResource)
+	optStr(o, keyUserUID, c.UserUID)
+	optStr(o, keySubResource, c.SubResource)
 	if len(c.Extra) > 0 {
 		extra := ast.NewObject()
 		for k, v := range c.Extra {
 			extra.Insert(ast.StringTerm(k), stringsTerm(v))
 		}
-		o.Insert(ast.StringTerm("extra"), ast.NewTerm(extra))
+		o.Insert(keyExtra, ast.NewTerm(extra))
 	}
 	if w := c.Window; w != nil {
-		o.Insert(ast.StringTerm("window"), ast.NewTerm(ast.NewObject(
-			strItem("key", w.Key),
-			ast.Item(ast.StringTerm("count"), ast.IntNumberTerm(w.Count)),
-			ast.Item(ast.StringTerm("limit"), ast.IntNumberTerm(w.Limit)),
-			ast.Item(ast.StringTerm("periodSeconds"), ast.NumberTerm(json.Number(fmt.Sprint(w.PeriodSeconds)))),
-			ast.Item(ast.StringTerm("remaining"), ast.IntNumberTerm(w.Remaining)),
+		o.Insert(keyWindow, ast.NewTerm(ast.NewObject(
+			strItem(keyKey, w.Key),
+			ast.Item(keyCount, ast.IntNumberTerm(w.Count)),
+			ast.Item(keyLimit, ast.IntNumberTerm(w.Limit)),
+			ast.Item(keyPeriodSeconds, ast.NumberTerm(json.Number(fmt.Sprint(w.PeriodSeconds)))),
+			ast.Item(keyRemaining, ast.IntNumberTerm(w.Remaining)),
 		)))
 	}
 	return o
 }
 
 func gvkTerm(k metav1.GroupVersionKind) *ast.Term {
-	return ast.NewTerm(ast.NewObject(strItem("group", k.Group), strItem("version", k.Version), strItem("kind", k.Kind)))
+	return ast.NewTerm(ast.NewObject(strItem(keyGroup, k.Group), strItem(keyVersion, k.Version), strItem(keyKind, k.Kind)))
 }
 
 func gvrTerm(r metav1.GroupVersionResource) *ast.Term {
-	return ast.NewTerm(ast.NewObject(strItem("group", r.Group), strItem("version", r.Version), strItem("resource", r.Resource)))
+	return ast.NewTerm(ast.NewObject(strItem(keyGroup, r.Group), strItem(keyVersion, r.Version), strItem(keyResource, r.Resource)))
 }
 
-func strItem(k, v string) [2]*ast.Term { return ast.Item(ast.StringTerm(k), ast.StringTerm(v)) }
+func strItem(k *ast.Term, v string) [2]*ast.Term { return ast.Item(k, ast.StringTerm(v)) }
 
-func optStr(o ast.Object, k, v string) {
+func optStr(o ast.Object, k *ast.Term, v string) {
 	if v != "" {
-		o.Insert(ast.StringTerm(k), ast.StringTerm(v))
+		o.Insert(k, ast.StringTerm(v))
 	}
 }
 

@@ -37,7 +37,10 @@ type Set struct {
 	Revision string
 	Roles    *RoleTable
 	Compiled *rego.Compiled
-	queries  map[string]*rego.Query
+	// Each role has one query per path: validation needs deny and warn,
+	// mutation only patch, so neither evaluates the other's rules.
+	validate map[string]*rego.Query
+	mutate   map[string]*rego.Query
 }
 
 // Load reads a policy directory (roles.yaml, *.rego, data.json|yaml),
@@ -82,14 +85,20 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 		Revision: contentRevision(rolesSrc, dataSrc, modules),
 		Roles:    roles,
 		Compiled: compiled,
-		queries:  make(map[string]*rego.Query, len(roles.Roles)),
+		validate: make(map[string]*rego.Query, len(roles.Roles)),
+		mutate:   make(map[string]*rego.Query, len(roles.Roles)),
 	}
 	for _, name := range roles.Names() {
-		q, err := compiled.Prepare(ctx, roles.Roles[name].Packages, opts.EvalTimeout)
+		packages := roles.Roles[name].Packages
+		v, err := compiled.Prepare(ctx, packages, rego.ValidationRules, opts.EvalTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("%s: roles.%s.packages: %w", roles.packageLine(RolesFile, rolesSrc, name), name, err)
 		}
-		set.queries[name] = q
+		m, err := compiled.Prepare(ctx, packages, rego.MutationRules, opts.EvalTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("%s: roles.%s.packages: %w", roles.packageLine(RolesFile, rolesSrc, name), name, err)
+		}
+		set.validate[name], set.mutate[name] = v, m
 	}
 	if !opts.SkipTests {
 		results, err := compiled.RunTests(ctx)
@@ -108,9 +117,14 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	return set, nil
 }
 
-// Query returns the prepared query of a role.
-func (s *Set) Query(role string) (*rego.Query, bool) {
-	q, ok := s.queries[role]
+// Query returns a role's prepared query for the validating or the
+// mutating path.
+func (s *Set) Query(role string, mutating bool) (*rego.Query, bool) {
+	if mutating {
+		q, ok := s.mutate[role]
+		return q, ok
+	}
+	q, ok := s.validate[role]
 	return q, ok
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -36,21 +38,34 @@ type Query struct {
 	packages []string
 	prepared oparego.PreparedEvalQuery
 	timeout  time.Duration
+	outputs  []output
 }
 
 // ErrEvalTimeout is returned when an evaluation exceeds its deadline.
 var ErrEvalTimeout = errors.New("policy evaluation exceeded its deadline")
 
-// Prepare builds the query for packages. Every package must exist in the set.
-// timeout bounds each evaluation (0 means only the caller's context bounds it).
-func (c *Compiled) Prepare(ctx context.Context, packages []string, timeout time.Duration) (*Query, error) {
+// Rule sets a query can evaluate.
+var (
+	// ValidationRules are what a validating decision needs.
+	ValidationRules = []string{"deny", "warn"}
+	// MutationRules are what a mutating decision needs.
+	MutationRules = []string{"patch"}
+	// AllRules evaluates everything a package contributes.
+	AllRules = []string{"deny", "warn", "patch"}
+)
+
+// Prepare builds the query that evaluates the given rules (deny, warn,
+// patch) of packages. Every package must exist in the set. timeout bounds
+// each evaluation (0 means only the caller's context bounds it).
+func (c *Compiled) Prepare(ctx context.Context, packages []string, rules []string, timeout time.Duration) (*Query, error) {
 	for _, p := range packages {
 		if !c.HasPackage(p) {
 			return nil, fmt.Errorf("package %q is not declared by any policy module (known: %s)", p, strings.Join(c.Packages(), ", "))
 		}
 	}
+	query, outputs := c.bindingQuery(packages, rules)
 	pq, err := oparego.New(
-		oparego.Query(unionQuery(packages)),
+		oparego.Query(query),
 		oparego.Compiler(c.compiler),
 		oparego.Store(c.store),
 		oparego.StrictBuiltinErrors(true),
@@ -58,23 +73,51 @@ func (c *Compiled) Prepare(ctx context.Context, packages []string, timeout time.
 	if err != nil {
 		return nil, fmt.Errorf("prepare query for packages %v: %w", packages, err)
 	}
-	return &Query{packages: packages, prepared: pq, timeout: timeout}, nil
+	return &Query{packages: packages, prepared: pq, timeout: timeout, outputs: outputs}, nil
 }
 
-// unionQuery binds deny, warn and patch to the union of the packages' sets.
-// A package that does not define one of them contributes nothing to it.
-func unionQuery(packages []string) string {
-	var b strings.Builder
-	for i, out := range []string{"deny", "warn", "patch"} {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "%s := set()", out)
-		for _, p := range packages {
-			fmt.Fprintf(&b, " | {x | some x in data.%s.%s}", p, out)
+// output is one binding of the prepared query: which rule of which package.
+type output struct {
+	variable string
+	rule     string
+}
+
+// bindingQuery binds every deny, warn and patch rule the packages define
+// to a variable of its own ("d0 := data.qn.quantumnode.deny; ..."); Eval
+// merges them. Referencing the rules directly, and only those that exist,
+// is about twice as fast as unioning set comprehensions in Rego.
+func (c *Compiled) bindingQuery(packages, rules []string) (string, []output) {
+	var parts []string
+	var outputs []output
+	for i, p := range packages {
+		for _, rule := range rules {
+			if !c.definesRule(p, rule) {
+				continue
+			}
+			v := fmt.Sprintf("%c%d", rule[0], i)
+			parts = append(parts, fmt.Sprintf("%s := data.%s.%s", v, p, rule))
+			outputs = append(outputs, output{variable: v, rule: rule})
 		}
 	}
-	return b.String()
+	if len(parts) == 0 {
+		return "true", nil
+	}
+	return strings.Join(parts, "; "), outputs
+}
+
+// definesRule reports whether package pkg has a rule named name.
+func (c *Compiled) definesRule(pkg, name string) bool {
+	for _, mod := range c.modules {
+		if PackageName(mod) != pkg {
+			continue
+		}
+		for _, r := range mod.Rules {
+			if ref := r.Head.Ref(); len(ref) > 0 && ref[0].Value.Compare(ast.Var(name)) == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Packages lists the packages this query evaluates.
@@ -100,25 +143,44 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 	if len(rs) != 1 {
 		return Result{}, fmt.Errorf("evaluate packages %v: expected one result, got %d", q.packages, len(rs))
 	}
-	b := rs[0].Bindings
 	var res Result
-	if res.Deny, err = messages(b["deny"], "deny"); err != nil {
-		return Result{}, err
+	for _, out := range q.outputs {
+		v := rs[0].Bindings[out.variable]
+		switch out.rule {
+		case "deny":
+			if res.Deny, err = appendMessages(res.Deny, v, "deny"); err != nil {
+				return Result{}, err
+			}
+		case "warn":
+			if res.Warn, err = appendMessages(res.Warn, v, "warn"); err != nil {
+				return Result{}, err
+			}
+		case "patch":
+			ops, err := patchOps(v)
+			if err != nil {
+				return Result{}, err
+			}
+			res.Patch = append(res.Patch, ops...)
+		}
 	}
-	if res.Warn, err = messages(b["warn"], "warn"); err != nil {
-		return Result{}, err
-	}
-	if res.Patch, err = patchOps(b["patch"]); err != nil {
-		return Result{}, err
-	}
+	res.Deny, res.Warn = sortedUnique(res.Deny), sortedUnique(res.Warn)
 	return res, nil
 }
 
-// messages accepts a rule's entries as strings or as objects with a "msg"
-// field (the Gatekeeper convention), so policies from either style work.
-func messages(v any, rule string) ([]string, error) {
+// sortedUnique makes the union of several packages' sets a set again, in
+// a stable order for messages and tests.
+func sortedUnique(list []string) []string {
+	if len(list) < 2 {
+		return list
+	}
+	sort.Strings(list)
+	return slices.Compact(list)
+}
+
+// appendMessages accepts a rule's entries as strings or as objects with a
+// "msg" field (the Gatekeeper convention), so policies from either style work.
+func appendMessages(out []string, v any, rule string) ([]string, error) {
 	items, _ := v.([]any)
-	out := make([]string, 0, len(items))
 	for _, it := range items {
 		switch m := it.(type) {
 		case string:
@@ -133,7 +195,7 @@ func messages(v any, rule string) ([]string, error) {
 			return nil, fmt.Errorf("a %s entry must be a string or an object with \"msg\", got %T: %v", rule, it, it)
 		}
 	}
-	return out, nil // OPA returns sets in sorted order already
+	return out, nil
 }
 
 func patchOps(v any) ([]PatchOp, error) {

@@ -82,7 +82,7 @@ func TestNetworkBuiltinsCanBeEnabled(t *testing.T) {
 
 func TestPrepareRejectsUnknownPackage(t *testing.T) {
 	c := compileBundled(t)
-	_, err := c.Prepare(context.Background(), []string{"qn.quantumnode", "qn.nope"}, 0)
+	_, err := c.Prepare(context.Background(), []string{"qn.quantumnode", "qn.nope"}, AllRules, 0)
 	if err == nil || !strings.Contains(err.Error(), `package "qn.nope" is not declared`) || !strings.Contains(err.Error(), "qn.quantumnode") {
 		t.Fatalf("want an error naming the missing package and the known ones, got %v", err)
 	}
@@ -106,7 +106,7 @@ func TestEvalUnionsPackagesInOnePass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := c.Prepare(context.Background(), []string{"a", "b"}, time.Second)
+	q, err := c.Prepare(context.Background(), []string{"a", "b"}, AllRules, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestEvalErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			q, err := c.Prepare(context.Background(), []string{"p"}, time.Second)
+			q, err := c.Prepare(context.Background(), []string{"p"}, AllRules, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +173,7 @@ func TestEvalDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := c.Prepare(context.Background(), []string{"slow"}, 20*time.Millisecond)
+	q, err := c.Prepare(context.Background(), []string{"slow"}, AllRules, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestDataIsVisibleToPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := c.Prepare(context.Background(), []string{"z"}, time.Second)
+	q, err := c.Prepare(context.Background(), []string{"z"}, AllRules, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

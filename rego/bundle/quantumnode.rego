@@ -26,12 +26,46 @@ services := s if {
 	is_array(s)
 } else := []
 
-deny contains "spec.hardware.arch is required (one of amd64, arm64)" if {
+# The fast path: one pass that proves the object valid. An admitted request
+# evaluates `valid` and the one deny rule; only a request that will be
+# denied evaluates the detailed `violation` rules for their messages. The
+# test test_valid_agrees_with_violations keeps the two in step: valid holds
+# exactly when no violation does.
+valid if {
+	object.get(spec, ["hardware", "arch"], null) in arches
+	count(services) > 0
+	every svc in services {
+		dns_label(svc.name)
+		valid_port(svc.port)
+	}
+	count({s.name | some s in services}) == count(services)
+	count({s.port | some s in services}) == count(services)
+	not arch_changed
+}
+
+invalid if {
+	judged
+	not valid
+}
+
+deny contains msg if {
+	invalid
+	some msg in violation
+}
+
+arch_changed if {
+	input.request.operation == "UPDATE"
+	old := object.get(input.request, ["oldObject", "spec", "hardware", "arch"], null)
+	old != null
+	old != object.get(spec, ["hardware", "arch"], null)
+}
+
+violation contains "spec.hardware.arch is required (one of amd64, arm64)" if {
 	judged
 	object.get(spec, ["hardware", "arch"], null) == null
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	arch := object.get(spec, ["hardware", "arch"], null)
 	arch != null
@@ -39,19 +73,19 @@ deny contains msg if {
 	msg := sprintf("spec.hardware.arch %s is not supported; use one of amd64, arm64", [json.marshal(arch)])
 }
 
-deny contains "spec.services must list at least one service" if {
+violation contains "spec.services must list at least one service" if {
 	judged
 	count(services) == 0
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	some i, svc in services
 	not is_object(svc)
 	msg := sprintf("spec.services[%d] must be an object with name and port, got %s", [i, json.marshal(svc)])
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	some i, svc in services
 	is_object(svc)
@@ -59,7 +93,7 @@ deny contains msg if {
 	msg := sprintf("spec.services[%d].name is required", [i])
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	some i, svc in services
 	name := svc.name
@@ -67,7 +101,7 @@ deny contains msg if {
 	msg := sprintf("spec.services[%d].name %s is not a DNS label: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", [i, json.marshal(name)])
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	some i, svc in services
 	is_object(svc)
@@ -75,7 +109,7 @@ deny contains msg if {
 	msg := sprintf("spec.services[%d].port is required (1-65535)", [i])
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	some i, svc in services
 	port := svc.port
@@ -83,7 +117,7 @@ deny contains msg if {
 	msg := sprintf("spec.services[%d].port %s is out of range: use a whole number from 1 to 65535", [i, json.marshal(port)])
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	some name in {s.name | some s in services}
 	places := [sprintf("spec.services[%d]", [i]) | some i, s in services; s.name == name]
@@ -91,7 +125,7 @@ deny contains msg if {
 	msg := sprintf("service name %s is declared %d times (%s); service names must be unique", [json.marshal(name), count(places), concat(", ", places)])
 }
 
-deny contains msg if {
+violation contains msg if {
 	judged
 	some port in {s.port | some s in services}
 	places := [sprintf("spec.services[%d]", [i]) | some i, s in services; s.port == port]
@@ -101,13 +135,11 @@ deny contains msg if {
 
 # The architecture is a fact about the hardware: changing it on an existing
 # QuantumNode would silently retarget workloads. Judged against oldObject.
-deny contains msg if {
+violation contains msg if {
 	judged
-	input.request.operation == "UPDATE"
+	arch_changed
 	old := object.get(input.request, ["oldObject", "spec", "hardware", "arch"], null)
 	new := object.get(spec, ["hardware", "arch"], null)
-	old != null
-	old != new
 	msg := sprintf("spec.hardware.arch is immutable: this QuantumNode was created as %s and cannot become %s; delete and recreate it for new hardware", [json.marshal(old), json.marshal(new)])
 }
 

@@ -100,3 +100,46 @@ test_managed_by_label_left_alone_when_present if {
 	obj := object.union(node(good_spec), {"metadata": {"labels": {"qn.dev/managed-by": "someone-else"}}})
 	count(managedby.patch) == 0 with input as review("CREATE", obj)
 }
+
+# The fast path must agree with the detailed rules, or an invalid object
+# could be admitted: valid holds exactly when no violation does.
+agreement_specs := [
+	good_spec,
+	{"hardware": {"arch": "riscv"}, "services": good_spec.services},
+	{"services": good_spec.services},
+	{"hardware": {"arch": "amd64"}, "services": []},
+	{"hardware": {"arch": "amd64"}},
+	{"hardware": {"arch": "amd64"}, "services": {"name": "x"}},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "a", "port": 1}, {"name": "a", "port": 2}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "a", "port": 1}, {"name": "b", "port": 1}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "Bad_Name", "port": 1}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "a", "port": 0}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "a", "port": 70000}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "a", "port": "80"}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "a", "port": 80.5}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"name": "a"}]},
+	{"hardware": {"arch": "amd64"}, "services": [{"port": 80}]},
+	{"hardware": {"arch": "amd64"}, "services": [7]},
+	{"hardware": {"arch": 7}, "services": good_spec.services},
+	{"hardware": "arm64", "services": good_spec.services},
+]
+
+test_valid_agrees_with_violations if {
+	every spec in agreement_specs {
+		r := review("CREATE", node(spec))
+		ok := is_valid with input as r
+		bad := quantumnode.violation with input as r
+		(count(bad) == 0) == ok
+	}
+}
+
+is_valid := true if quantumnode.valid else := false
+
+test_valid_agrees_with_violations_on_update if {
+	every arch in ["arm64", "amd64"] {
+		r := object.union(review("UPDATE", node(object.union(good_spec, {"hardware": {"arch": arch}}))), {"request": {"oldObject": node(good_spec)}})
+		ok := is_valid with input as r
+		bad := quantumnode.violation with input as r
+		(count(bad) == 0) == ok
+	}
+}

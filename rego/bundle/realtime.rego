@@ -12,33 +12,47 @@ params := data.roles.realtime
 
 budget := object.get(input.context.annotations, budget_annotation, null)
 
+# The fast path: an admitted request proves itself in one rule and skips
+# the detailed denials below.
+ok if {
+	is_number_string(budget)
+	to_number(budget) < params.maxLatencyBudgetMs
+	input.context.labels[zone_label] in params.allowedZones
+}
+
 deny contains msg if {
+	quantumnode.judged
+	not ok
+	some msg in violation
+}
+
+violation contains msg if {
 	quantumnode.judged
 	budget == null
 	msg := sprintf("realtime QuantumNodes must declare annotation %s (a latency budget in milliseconds, below %v)", [budget_annotation, params.maxLatencyBudgetMs])
 }
 
-deny contains msg if {
+violation contains msg if {
 	quantumnode.judged
 	budget != null
 	not is_number_string(budget)
 	msg := sprintf("annotation %s=%q is not a number of milliseconds", [budget_annotation, budget])
 }
 
-deny contains msg if {
+violation contains msg if {
 	quantumnode.judged
 	is_number_string(budget)
 	to_number(budget) >= params.maxLatencyBudgetMs
 	msg := sprintf("latency budget %s ms (annotation %s) is not below the realtime maximum of %v ms", [budget, budget_annotation, params.maxLatencyBudgetMs])
 }
 
-deny contains msg if {
+violation contains msg if {
 	quantumnode.judged
 	not input.context.labels[zone_label]
 	msg := sprintf("realtime QuantumNodes must carry label %s; allowed zones: %s", [zone_label, concat(", ", params.allowedZones)])
 }
 
-deny contains msg if {
+violation contains msg if {
 	quantumnode.judged
 	zone := input.context.labels[zone_label]
 	not zone in params.allowedZones

@@ -58,3 +58,16 @@ test_window_warns_from_90_percent if {
 test_window_is_silent_without_a_window if {
 	count(window.warn) == 0 with input as {"context": {"role": "default"}}
 }
+
+is_ok := true if realtime.ok else := false
+
+test_realtime_ok_agrees_with_violations if {
+	every labels in [{}, {"topology.kubernetes.io/zone": "cn-shanghai"}, {"topology.kubernetes.io/zone": "eu-west-1"}] {
+		every annotations in [{}, {"qn.dev/latency-budget-ms": "20"}, {"qn.dev/latency-budget-ms": "50"}, {"qn.dev/latency-budget-ms": "fast"}, {"qn.dev/latency-budget-ms": "49.9"}] {
+			r := node_input("CREATE", labels, annotations)
+			ok := is_ok with input as r
+			bad := realtime.violation with input as r
+			(count(bad) == 0) == ok
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package policies
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// Stage benchmarks: a regression points at its stage.
+
+func benchInput() (*Input, Context) {
+	in := node{role: "realtime", labels: shanghai, annotations: fast, uid: "u"}.input()
+	c := in.Context
+	c.Role = "realtime"
+	c.Window = &WindowState{Key: "user", Count: 3, Limit: 120, PeriodSeconds: 60, Remaining: 117}
+	return in, c
+}
+
+func BenchmarkInputValue(b *testing.B) {
+	in, c := benchInput()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := inputValue(in, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRoleLookup(b *testing.B) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in, _ := benchInput()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, _, _, ok := resolveRole(set, in); !ok {
+			b.Fatal("no role")
+		}
+	}
+}
+
+func BenchmarkEvalRealtime(b *testing.B) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, _ := set.Query("realtime", false)
+	in, c := benchInput()
+	v, err := inputValue(in, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res, err := q.Eval(context.Background(), v)
+		if err != nil || len(res.Deny) != 0 {
+			b.Fatalf("%v %v", res, err)
+		}
+	}
+}
+
+func BenchmarkEngineValidateRealtime(b *testing.B) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := clocktesting.NewFakePassiveClock(t0)
+	e := NewEngine(set, EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})})
+	in, _ := benchInput()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		clk.SetTime(clk.Now().Add(time.Second))
+		if d := e.Validate(context.Background(), in); !d.Allowed {
+			b.Fatal(d.Message)
+		}
+	}
+}
+
+// BenchmarkEvalPerPackage evaluates each bundled package alone, so a slow
+// policy shows by name.
+func BenchmarkEvalPerPackage(b *testing.B) {
+	set, _ := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	in, c := benchInput()
+	v, _ := inputValue(in, c)
+	for _, p := range []string{"qn.quantumnode", "qn.roles.realtime", "qn.window", "qn.mutate.managedby"} {
+		q, err := set.Compiled.Prepare(context.Background(), []string{p}, rego.AllRules, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(p, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				q.Eval(context.Background(), v)
+			}
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+const realtimeReview = `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"%d","kind":{"group":"qn.dev","version":"v1alpha1","kind":"QuantumNode"},"resource":{"group":"qn.dev","version":"v1alpha1","resource":"quantumnodes"},"namespace":"edge","name":"edge-sh-1","operation":"CREATE","userInfo":{"username":"alice","groups":["edge-ops","system:authenticated"]},"object":{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-sh-1","namespace":"edge","labels":{"topology.kubernetes.io/zone":"cn-shanghai"},"annotations":{"qn-role":"realtime","qn.dev/latency-budget-ms":"20"}},"spec":{"hardware":{"arch":"arm64"},"services":[{"name":"mqtt","port":8883},{"name":"metrics","port":9100},{"name":"ota","port":8443}]}}}}`
+
+// withExtraRoles adds n roles, each with its own policy package, that
+// realtime requests never touch: the cost of a decision must not grow with
+// policies of other roles.
+func withExtraRoles(n int) fstest.MapFS {
+	fsys := fstest.MapFS{}
+	bundled := rego.Bundled()
+	mods, _ := rego.ReadModules(bundled)
+	for _, m := range mods {
+		fsys[m.Path] = &fstest.MapFile{Data: []byte(m.Source)}
+	}
+	roles, _ := io.ReadAll(must(bundled.Open("roles.yaml")))
+	var b strings.Builder
+	b.Write(roles)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "  extra%d:\n    operations: [CREATE]\n    packages: [qn.extra.p%d]\n", i, i)
+		fsys[fmt.Sprintf("extra/p%d.rego", i)] = &fstest.MapFile{Data: []byte(fmt.Sprintf(
+			"package qn.extra.p%d\n\ndeny contains \"extra %d\" if {\n\tinput.request.object.metadata.labels.team == \"t%d\"\n\tcount(input.request.object.spec.services) > %d\n}\n", i, i, i, i%7))}
+	}
+	fsys["roles.yaml"] = &fstest.MapFile{Data: []byte(b.String())}
+	return fsys
+}
+
+func must(f io.Reader, err error) io.Reader {
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+func benchmarkValidate(b *testing.B, fsys fstest.MapFS) {
+	var set *policies.Set
+	var err error
+	if fsys == nil {
+		set, err = policies.Load(context.Background(), rego.Bundled(), policies.LoadOptions{EvalTimeout: time.Second})
+	} else {
+		set, err = policies.Load(context.Background(), fsys, policies.LoadOptions{EvalTimeout: time.Second, SkipTests: true})
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	// One change per simulated second keeps realtime (120/60s) below its
+	// limit, so every iteration takes the full path including a window slot.
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})})
+	h := NewHandler(engine, HandlerOptions{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	bodies := make([]string, 1024)
+	for i := range bodies {
+		bodies[i] = fmt.Sprintf(realtimeReview, i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		clk.SetTime(clk.Now().Add(time.Second))
+		req := httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader(bodies[i%len(bodies)]))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"allowed":true`) {
+			b.Fatalf("unexpected answer: %s", rec.Body.String())
+		}
+	}
+}
+
+// BenchmarkValidateRealtime is the whole validate path in-process: decode,
+// context, role lookup, four policy packages, a window slot, encode, and the
+// decision log line (to io.Discard).
+func BenchmarkValidateRealtime(b *testing.B) { benchmarkValidate(b, nil) }
+
+// BenchmarkValidateRealtimeWith1000OtherPolicies adds 1,000 roles with a
+// policy each; realtime's cost must stay flat.
+func BenchmarkValidateRealtimeWith1000OtherPolicies(b *testing.B) {
+	benchmarkValidate(b, withExtraRoles(1000))
+}
