@@ -5,6 +5,7 @@
 package webhook
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +58,12 @@ func decodeReview(r *http.Request, maxBytes int64) (*admissionv1.AdmissionReview
 	if int64(len(body)) > maxBytes {
 		return nil, tooLarge(maxBytes)
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	return decodeBody(body)
+}
+
+// decodeBody applies the envelope rules to a body already read.
+func decodeBody(body []byte) (*admissionv1.AdmissionReview, *requestError) {
+	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
 	}
 	review := &admissionv1.AdmissionReview{}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -90,24 +91,40 @@ func (h *handler) serve(webhook string, mutating bool) gin.HandlerFunc {
 			writeRequestError(c.Writer, reqErr)
 			return
 		}
-		uid := rev.Request.UID
-		c.Set(uidKey, uid)
-		in, err := extractInput(rev.Request, h.opts.Clock.Now())
-		if err != nil {
-			reqErr = badRequest(uid, "%v", err)
-			h.log(c.Request.Context(), webhook, &policies.Input{Request: rev.Request}, policies.BadRequest(reqErr.message), start)
-			writeRequestError(c.Writer, reqErr)
-			return
-		}
-		var d policies.Decision
-		if mutating {
-			d = h.decider.Mutate(c.Request.Context(), in)
-		} else {
-			d = h.decider.Validate(c.Request.Context(), in)
-		}
-		writeReview(c.Writer, http.StatusOK, review(uid, d, mutating))
+		c.Set(uidKey, rev.Request.UID)
+		answer, in, d := Answer(c.Request.Context(), h.decider, rev.Request, mutating, h.opts.Clock.Now())
+		writeReview(c.Writer, http.StatusOK, answer)
 		h.log(c.Request.Context(), webhook, in, d, start)
 	}
+}
+
+// Answer judges one decoded AdmissionRequest exactly as the webhook does
+// and returns the AdmissionReview it would send, with the input and the
+// decision behind it. qnctl calls it, so offline answers are the server's.
+func Answer(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, mutating bool, now time.Time) (*admissionv1.AdmissionReview, *policies.Input, policies.Decision) {
+	in, err := extractInput(req, now)
+	if err != nil {
+		dec := policies.BadRequest(err.Error())
+		return review(req.UID, dec, mutating), &policies.Input{Request: req}, dec
+	}
+	var dec policies.Decision
+	if mutating {
+		dec = d.Mutate(ctx, in)
+	} else {
+		dec = d.Validate(ctx, in)
+	}
+	return review(req.UID, dec, mutating), in, dec
+}
+
+// DecodeReview decodes an AdmissionReview body with the webhook's rules
+// (case-sensitive, duplicate keys refused, admission.k8s.io/v1 only, a
+// request with a uid required).
+func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	rev, reqErr := decodeBody(body)
+	if reqErr != nil {
+		return nil, reqErr
+	}
+	return rev, nil
 }
 
 // log writes the decision line and the metrics of one request: one JSON
