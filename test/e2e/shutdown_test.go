@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSIGTERMDrainsInFlightRequests: a request that is still being sent
+// when qn-webhook gets SIGTERM is answered in full before the process
+// exits, and the process exits cleanly.
+func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
+	w, err := StartWebhook(binary, t.TempDir(), "--shutdown-grace-period", "10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(w.CABundle)
+	conn, err := tls.Dial("tcp", w.Address, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"drain-1","kind":{"group":"qn.dev","version":"v1alpha1","kind":"QuantumNode"},"resource":{"group":"qn.dev","version":"v1alpha1","resource":"quantumnodes"},"operation":"CREATE","userInfo":{"username":"alice"},"object":%s}}`,
+		`{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"a"},"spec":{"hardware":{"arch":"arm64"},"services":[{"name":"mqtt","port":8883}]}}`)
+	half := len(body) / 2
+	head := fmt.Sprintf("POST /validate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", w.Address, len(body))
+	if _, err := conn.Write([]byte(head + body[:half])); err != nil {
+		t.Fatal(err)
+	}
+	// The server has the request in flight (it is reading the body).
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(w.Logs(), "shutting down: draining in-flight admission requests") {
+		if time.Now().After(deadline) {
+			t.Fatalf("qn-webhook did not start draining:\n%s", w.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := conn.Write([]byte(body[half:])); err != nil {
+		t.Fatalf("the in-flight request's connection was dropped: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to the in-flight request: %v", err)
+	}
+	defer resp.Body.Close()
+	var answer strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&answer)
+	if resp.StatusCode != 200 || !strings.Contains(answer.String(), `"uid":"drain-1","allowed":true`) {
+		t.Fatalf("the in-flight request must be answered in full: %d %s", resp.StatusCode, answer.String())
+	}
+	select {
+	case <-w.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("qn-webhook did not exit after draining")
+	}
+	if code := w.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("qn-webhook exited with %d:\n%s", code, w.Logs())
+	}
+}
