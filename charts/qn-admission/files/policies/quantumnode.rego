@@ -1,0 +1,165 @@
+# QuantumNode rules: the checks the CRD's OpenAPI schema also makes, repeated
+# so that a request that bypassed schema validation (an old CRD, a schema-less
+# install) is still judged, and the checks a schema cannot express: unique
+# service names, unique ports, an immutable architecture.
+package qn.quantumnode
+
+is_quantumnode if {
+	input.request.kind.group == "qn.dev"
+	input.request.kind.kind == "QuantumNode"
+}
+
+# Only writes that carry an object are judged; DELETE and CONNECT are not.
+judged if {
+	is_quantumnode
+	input.request.operation in {"CREATE", "UPDATE"}
+}
+
+spec := object.get(input.request, ["object", "spec"], {})
+
+arches := {"arm64", "amd64"}
+
+# services is [] when absent or not an array, so the rules below never fail
+# on a crafted shape; "services_missing" reports the shape problem instead.
+services := s if {
+	s := object.get(spec, "services", [])
+	is_array(s)
+} else := []
+
+# The fast path: one pass that proves the object valid. An admitted request
+# evaluates `valid` and the one deny rule; only a request that will be
+# denied evaluates the detailed `violation` rules for their messages. The
+# test test_valid_agrees_with_violations keeps the two in step: valid holds
+# exactly when no violation does.
+valid if {
+	object.get(spec, ["hardware", "arch"], null) in arches
+	count(services) > 0
+	every svc in services {
+		dns_label(svc.name)
+		valid_port(svc.port)
+	}
+	count({s.name | some s in services}) == count(services)
+	count({s.port | some s in services}) == count(services)
+	not arch_changed
+}
+
+invalid if {
+	judged
+	not valid
+}
+
+deny contains msg if {
+	invalid
+	some msg in violation
+}
+
+arch_changed if {
+	input.request.operation == "UPDATE"
+	old := object.get(input.request, ["oldObject", "spec", "hardware", "arch"], null)
+	old != null
+	old != object.get(spec, ["hardware", "arch"], null)
+}
+
+violation contains "spec.hardware.arch is required (one of amd64, arm64)" if {
+	judged
+	object.get(spec, ["hardware", "arch"], null) == null
+}
+
+violation contains msg if {
+	judged
+	arch := object.get(spec, ["hardware", "arch"], null)
+	arch != null
+	not arch in arches
+	msg := sprintf("spec.hardware.arch %s is not supported; use one of amd64, arm64", [json.marshal(arch)])
+}
+
+violation contains "spec.services must list at least one service" if {
+	judged
+	count(services) == 0
+}
+
+violation contains msg if {
+	judged
+	some i, svc in services
+	not is_object(svc)
+	msg := sprintf("spec.services[%d] must be an object with name and port, got %s", [i, json.marshal(svc)])
+}
+
+violation contains msg if {
+	judged
+	some i, svc in services
+	is_object(svc)
+	not svc.name
+	msg := sprintf("spec.services[%d].name is required", [i])
+}
+
+violation contains msg if {
+	judged
+	some i, svc in services
+	name := svc.name
+	not dns_label(name)
+	msg := sprintf("spec.services[%d].name %s is not a DNS label: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", [i, json.marshal(name)])
+}
+
+violation contains msg if {
+	judged
+	some i, svc in services
+	is_object(svc)
+	not svc.port
+	msg := sprintf("spec.services[%d].port is required (1-65535)", [i])
+}
+
+violation contains msg if {
+	judged
+	some i, svc in services
+	port := svc.port
+	not valid_port(port)
+	msg := sprintf("spec.services[%d].port %s is out of range: use a whole number from 1 to 65535", [i, json.marshal(port)])
+}
+
+violation contains msg if {
+	judged
+	some name in {s.name | some s in services}
+	places := [sprintf("spec.services[%d]", [i]) | some i, s in services; s.name == name]
+	count(places) > 1
+	msg := sprintf("service name %s is declared %d times (%s); service names must be unique", [json.marshal(name), count(places), concat(", ", places)])
+}
+
+violation contains msg if {
+	judged
+	some port in {s.port | some s in services}
+	places := [sprintf("spec.services[%d]", [i]) | some i, s in services; s.port == port]
+	count(places) > 1
+	msg := sprintf("port %v is declared %d times (%s); each service needs its own port", [port, count(places), concat(", ", places)])
+}
+
+# The architecture is a fact about the hardware: changing it on an existing
+# QuantumNode would silently retarget workloads. Judged against oldObject.
+violation contains msg if {
+	judged
+	arch_changed
+	old := object.get(input.request, ["oldObject", "spec", "hardware", "arch"], null)
+	new := object.get(spec, ["hardware", "arch"], null)
+	msg := sprintf("spec.hardware.arch is immutable: this QuantumNode was created as %s and cannot become %s; delete and recreate it for new hardware", [json.marshal(old), json.marshal(new)])
+}
+
+warn contains msg if {
+	judged
+	some i, svc in services
+	valid_port(svc.port)
+	svc.port < 1024
+	msg := sprintf("spec.services[%d] (%v) uses privileged port %d: the edge node must allow binding ports below 1024", [i, svc.name, svc.port])
+}
+
+dns_label(name) if {
+	is_string(name)
+	count(name) <= 63
+	regex.match(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, name)
+}
+
+valid_port(p) if {
+	is_number(p)
+	p == floor(p)
+	p >= 1
+	p <= 65535
+}

@@ -1,0 +1,13 @@
+# Warn a requester who is close to the role's rate window limit, so a script
+# slows down before it is refused with 429.
+package qn.window
+
+near_limit_fraction := 0.9
+
+warn contains msg if {
+	w := input.context.window
+	used := w.count + 1
+	used >= w.limit * near_limit_fraction
+	used <= w.limit
+	msg := sprintf("rate window: this is change %d of %d allowed per %vs for role %q (%s window); slow down to avoid 429", [used, w.limit, w.periodSeconds, input.context.role, w.key])
+}

@@ -1,0 +1,165 @@
+{{/*
+Names. fullname is "<release>-<chart>" unless the release name already holds
+the chart name. Every object name derives from it; it is cut to 44
+characters so that derived Service and Secret names stay DNS labels (63).
+*/}}
+{{- define "qn-admission.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "qn-admission.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 44 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 44 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 44 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "qn-admission.webhook.fullname" -}}
+{{- printf "%s-webhook" (include "qn-admission.fullname" .) -}}
+{{- end -}}
+
+{{- define "qn-admission.controller.fullname" -}}
+{{- printf "%s-controller" (include "qn-admission.fullname" .) -}}
+{{- end -}}
+
+{{/* The serving certificate's Secret (cert-manager writes it, or the user brings it). */}}
+{{- define "qn-admission.webhook.tlsSecret" -}}
+{{- if eq .Values.certificates.mode "secret" -}}
+{{- .Values.certificates.secret.name -}}
+{{- else -}}
+{{- printf "%s-tls" (include "qn-admission.webhook.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "qn-admission.policies.configMapName" -}}
+{{- default (printf "%s-policies" (include "qn-admission.fullname" .)) .Values.policies.configMap.existingName -}}
+{{- end -}}
+
+{{/* Labels. */}}
+{{- define "qn-admission.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "qn-admission.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: qn-admission
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "qn-admission.webhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "qn-admission.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{- define "qn-admission.webhook.labels" -}}
+{{ include "qn-admission.labels" . }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{- define "qn-admission.controller.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "qn-admission.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "qn-admission.controller.labels" -}}
+{{ include "qn-admission.labels" . }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{/* image renders repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{- define "qn-admission.image" -}}
+{{- $tag := default .root.Chart.AppVersion .image.tag -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+
+{{/*
+Security contexts. Every container runs as a non-root user with a read-only
+root filesystem, no privilege escalation, no capabilities, and the runtime's
+default seccomp profile.
+*/}}
+{{- define "qn-admission.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "qn-admission.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/*
+Policy directory inside the qn-webhook container, or empty for the bundled
+policies. git-sync publishes each commit as a worktree behind the symlink
+"<root>/repo", swapped atomically; the server watches through it.
+*/}}
+{{- define "qn-admission.policyDir" -}}
+{{- if eq .Values.policies.source "configMap" -}}
+/etc/qn-webhook/policies
+{{- else if eq .Values.policies.source "gitSync" -}}
+{{- $path := trimAll "/" .Values.policies.gitSync.path -}}
+{{- if $path -}}
+{{- printf "/etc/qn-webhook/git/repo/%s" $path -}}
+{{- else -}}
+/etc/qn-webhook/git/repo
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* hours turns a "<n>h" duration (the schema allows no other form) into n. */}}
+{{- define "qn-admission.hours" -}}
+{{- trimSuffix "h" . | int -}}
+{{- end -}}
+
+{{/* milliseconds turns a "<n>ms" or "<n>s" duration into milliseconds. */}}
+{{- define "qn-admission.milliseconds" -}}
+{{- if hasSuffix "ms" . -}}
+{{- trimSuffix "ms" . | int -}}
+{{- else -}}
+{{- mul (trimSuffix "s" . | int) 1000 -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+validate fails the render on combinations of values the schema cannot
+express, each with a sentence that says what to change.
+*/}}
+{{- define "qn-admission.validate" -}}
+{{- $w := .Values.webhook -}}
+{{- $evalMs := include "qn-admission.milliseconds" $w.policyEvalTimeout | int -}}
+{{- if ge $evalMs (mul $w.timeoutSeconds 1000 | int) -}}
+{{- fail (printf "webhook.policyEvalTimeout (%s) must be shorter than webhook.timeoutSeconds (%ds): otherwise the API server gives up before the policy answers" $w.policyEvalTimeout (int $w.timeoutSeconds)) -}}
+{{- end -}}
+{{- if and $w.podDisruptionBudget.enabled (gt (int $w.replicas) 1) (ge (int $w.podDisruptionBudget.minAvailable) (int $w.replicas)) -}}
+{{- fail (printf "webhook.podDisruptionBudget.minAvailable (%d) must be below webhook.replicas (%d), or no node could ever be drained" (int $w.podDisruptionBudget.minAvailable) (int $w.replicas)) -}}
+{{- end -}}
+{{- if eq .Values.certificates.mode "certManager" -}}
+{{- range $name := list "ca" "serving" -}}
+{{- $c := index $.Values.certificates.certManager $name -}}
+{{- if ge (include "qn-admission.hours" $c.renewBefore | int) (include "qn-admission.hours" $c.duration | int) -}}
+{{- fail (printf "certificates.certManager.%s.renewBefore (%s) must be shorter than its duration (%s)" $name $c.renewBefore $c.duration) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq .Values.policies.source "configMap") (not .Values.policies.configMap.existingName) (not .Values.policies.configMap.includeBundled) (not (hasKey .Values.policies.configMap.files "roles.yaml")) -}}
+{{- fail "policies.configMap.files needs a roles.yaml when policies.configMap.includeBundled is false: qn-webhook refuses a policy directory without one" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,50 @@
+{{/*
+Fields both webhook configurations share. Each keeps the failure domain as
+small as it can be: our own resource only, never the release namespace or
+kube-system, no side effects, a short timeout, an explicit failurePolicy.
+*/}}
+
+{{- define "qn-admission.webhookconfig.metadata" -}}
+name: {{ include "qn-admission.fullname" . }}
+labels:
+  {{- include "qn-admission.webhook.labels" . | nindent 2 }}
+{{- if eq .Values.certificates.mode "certManager" }}
+annotations:
+  # cert-manager's cainjector copies the CA of this Certificate into every
+  # webhook's caBundle, and again whenever it changes.
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "qn-admission.webhook.fullname" . }}
+{{- end }}
+{{- end -}}
+
+{{- define "qn-admission.webhookconfig.common" -}}
+{{- $w := .root.Values.webhook -}}
+clientConfig:
+  service:
+    name: {{ include "qn-admission.webhook.fullname" .root }}
+    namespace: {{ .root.Release.Namespace }}
+    path: {{ .path }}
+    port: {{ $w.service.port }}
+  {{- if eq .root.Values.certificates.mode "secret" }}
+  caBundle: {{ .root.Values.certificates.secret.caBundle }}
+  {{- end }}
+rules:
+  - apiGroups: ["qn.dev"]
+    apiVersions: ["v1alpha1"]
+    resources: ["quantumnodes"]
+    operations: {{ toJson .operations }}
+    scope: Namespaced
+# Requests for another version of QuantumNodes are converted and sent too.
+matchPolicy: Equivalent
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ prepend $w.namespaceSelector.excludeNamespaces .root.Release.Namespace | uniq | toJson }}
+    - key: {{ $w.namespaceSelector.optOutLabel.key }}
+      operator: NotIn
+      values: [{{ $w.namespaceSelector.optOutLabel.value | quote }}]
+failurePolicy: {{ $w.failurePolicy }}
+sideEffects: None
+timeoutSeconds: {{ $w.timeoutSeconds }}
+admissionReviewVersions: ["v1"]
+{{- end -}}
