@@ -73,14 +73,29 @@ func webhookDeployment(t *testing.T, rel *Release) *appsv1.Deployment {
 	return get[appsv1.Deployment](t, rel, "Deployment", webhookName)
 }
 
+// only returns the one object of a kind, whatever its name.
+func only[T any](t *testing.T, rel *Release, kind string) *T {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, obj := range rel.Objects {
+		if obj.GetKind() == kind {
+			found = append(found, obj)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want one %s, got %d", kind, len(found))
+	}
+	return decodeStrict[T](t, found[0])
+}
+
 func validating(t *testing.T, rel *Release) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
-	return get[admissionregistrationv1.ValidatingWebhookConfiguration](t, rel, "ValidatingWebhookConfiguration", fullname)
+	return only[admissionregistrationv1.ValidatingWebhookConfiguration](t, rel, "ValidatingWebhookConfiguration")
 }
 
 func mutating(t *testing.T, rel *Release) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
-	return get[admissionregistrationv1.MutatingWebhookConfiguration](t, rel, "MutatingWebhookConfiguration", fullname)
+	return only[admissionregistrationv1.MutatingWebhookConfiguration](t, rel, "MutatingWebhookConfiguration")
 }
 
 // webhookView is what the fail-safe checks read from either kind of

@@ -1,0 +1,254 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quantumnode/qn-admission/config/crd"
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+const regenerate = "run `go generate ./test/chart/` to copy it again"
+
+// The chart's crds/ holds exactly the project's one CRD manifest, byte for
+// byte: the chart cannot drift from config/crd.
+func TestCRDIsTheProjectsOne(t *testing.T) {
+	dir := filepath.Join(Dir(), "crds")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{crd.FileName}) {
+		t.Fatalf("crds/ holds %v, want only %s", names, crd.FileName)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, crd.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, crd.QuantumNodeYAML) {
+		t.Fatalf("charts/qn-admission/crds/%s differs from config/crd/%s: %s", crd.FileName, crd.FileName, regenerate)
+	}
+	// And Helm installs it as that CRD.
+	rel := render(t, "")
+	if len(rel.CRDs) != 1 || rel.CRDs[0] != string(crd.QuantumNodeYAML) {
+		t.Fatalf("Helm's crds/ objects are not the CRD manifest")
+	}
+}
+
+// files/policies, which the ConfigMap mode starts from, is exactly the
+// policy directory built into qn-webhook.
+func TestBundledPoliciesAreTheBinarysOwn(t *testing.T) {
+	want := map[string][]byte{}
+	err := fs.WalkDir(rego.Bundled(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		want[path], err = fs.ReadFile(rego.Bundled(), path)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(Dir(), "files", "policies")
+	got := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if got[e.Name()], err = os.ReadFile(filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(keys(got), keys(want)) {
+		t.Fatalf("charts/qn-admission/files/policies holds %v, rego/bundle %v: %s", keys(got), keys(want), regenerate)
+	}
+	for name := range want {
+		if !bytes.Equal(got[name], want[name]) {
+			t.Errorf("charts/qn-admission/files/policies/%s differs from rego/bundle/%s: %s", name, name, regenerate)
+		}
+	}
+}
+
+// What the chart's ConfigMap mode renders is a policy set qn-webhook loads:
+// the role table validates, every module compiles and the Rego tests pass,
+// with the user's overrides in place.
+func TestConfigMapPoliciesLoad(t *testing.T) {
+	roles, err := fs.ReadFile(rego.Bundled(), policies.RolesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A user who only changes a parameter of the role table.
+	custom := strings.Replace(string(roles), "allowedZones: [cn-shanghai]", "allowedZones: [cn-shanghai, cn-beijing]", 1)
+	if custom == string(roles) {
+		t.Fatal("the bundled roles.yaml changed shape; update this test's edit")
+	}
+	for name, tc := range map[string]struct {
+		snippet string
+		refused string // part of the error, or "" when the set loads
+	}{
+		"the bundled files": {"policies: {source: configMap}", ""},
+		"a new zone in roles.yaml, the bundled tests dropped": {
+			"policies: {source: configMap, configMap: {files: {roles.yaml: " + quote(custom) + ", roles_test.rego: ''}}}", ""},
+		// The bundled Rego tests pin the bundled zones: qn-webhook refuses
+		// such a set (and keeps serving the last good one), as documented.
+		"a new zone in roles.yaml, the bundled tests kept": {
+			"policies: {source: configMap, configMap: {files: {roles.yaml: " + quote(custom) + "}}}", "test_realtime_zone_must_be_allowed"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snippet := tc.snippet
+			rel := render(t, snippet)
+			obj := rel.Find("ConfigMap", fullname+"-policies")
+			if obj == nil {
+				t.Fatal("no policy ConfigMap")
+			}
+			data, _, _ := unstructured.NestedStringMap(obj.Object, "data")
+			dir := fstest.MapFS{}
+			for file, content := range data {
+				dir[file] = &fstest.MapFile{Data: []byte(content)}
+			}
+			set, err := policies.Load(context.Background(), dir, policies.LoadOptions{})
+			if tc.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("want the set refused for %s, got %v", tc.refused, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("qn-webhook would refuse this ConfigMap: %v", err)
+			}
+			if _, ok := data["roles_test.rego"]; ok == strings.Contains(snippet, "roles_test.rego: ''") {
+				t.Errorf("roles_test.rego present=%v with values %s", ok, snippet)
+			}
+			if got := set.Roles.Names(); !slices.Contains(got, "realtime") {
+				t.Errorf("roles %v", got)
+			}
+			if strings.Contains(snippet, "roles.yaml") && data[policies.RolesFile] != custom {
+				t.Errorf("the override did not replace roles.yaml")
+			}
+		})
+	}
+}
+
+// rbacMarker matches controller-gen's RBAC markers.
+var rbacMarker = regexp.MustCompile(`(?m)^\s*//\s*\+kubebuilder:rbac:(.*)$`)
+
+// The controller's ClusterRole and Role grant exactly what qn-controller's
+// +kubebuilder:rbac markers ask for: nothing missing, nothing more.
+func TestControllerRBACIsWhatTheControllerAsks(t *testing.T) {
+	want := map[string]bool{}
+	root := filepath.Join(Dir(), "..", "..")
+	for _, dir := range []string{"controller", "cmd/qn-controller"} {
+		files, _ := filepath.Glob(filepath.Join(root, dir, "*.go"))
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range rbacMarker.FindAllStringSubmatch(string(src), -1) {
+				for _, g := range markerGrants(t, m[1]) {
+					want[g] = true
+				}
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("found no +kubebuilder:rbac markers in controller/")
+	}
+	rel := render(t, "")
+	got := map[string]bool{}
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, obj := range rel.Objects {
+			if obj.GetKind() != kind {
+				continue
+			}
+			role := decodeStrict[rbacv1.ClusterRole](t, obj)
+			for _, r := range role.Rules {
+				for _, g := range grants(r.APIGroups, r.Resources, r.Verbs) {
+					got[g] = true
+				}
+			}
+		}
+	}
+	for g := range want {
+		if !got[g] {
+			t.Errorf("the chart does not grant %s, which qn-controller's markers ask for", g)
+		}
+	}
+	for g := range got {
+		if !want[g] {
+			t.Errorf("the chart grants %s, which no marker asks for", g)
+		}
+	}
+	// When controller-gen's output exists, it agrees too.
+	generated := filepath.Join(root, "config", "rbac", "role.yaml")
+	if data, err := os.ReadFile(generated); err == nil {
+		role := &rbacv1.ClusterRole{}
+		if err := yaml.Unmarshal(data, role); err != nil {
+			t.Fatalf("%s: %v", generated, err)
+		}
+		fromFile := map[string]bool{}
+		for _, r := range role.Rules {
+			for _, g := range grants(r.APIGroups, r.Resources, r.Verbs) {
+				fromFile[g] = true
+			}
+		}
+		if !slices.Equal(keys(fromFile), keys(want)) {
+			t.Errorf("config/rbac/role.yaml grants %v, the markers %v", keys(fromFile), keys(want))
+		}
+	}
+}
+
+// markerGrants expands "groups=a;b,resources=c,verbs=get;list" into
+// "group/resource:verb" strings.
+func markerGrants(t *testing.T, marker string) []string {
+	t.Helper()
+	fields := map[string][]string{}
+	for _, kv := range strings.Split(marker, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			t.Fatalf("marker %q: %q is not key=value", marker, kv)
+		}
+		fields[k] = strings.Split(strings.Trim(v, `"`), ";")
+	}
+	return grants(fields["groups"], fields["resources"], fields["verbs"])
+}
+
+func grants(groups, resources, verbs []string) []string {
+	var out []string
+	for _, g := range groups {
+		for _, r := range resources {
+			for _, v := range verbs {
+				out = append(out, g+"/"+r+":"+v)
+			}
+		}
+	}
+	return out
+}
+
+// quote makes a YAML scalar of s: a JSON string is one.
+func quote(s string) string {
+	data, _ := json.Marshal(s)
+	return string(data)
+}
