@@ -85,6 +85,11 @@ type handler struct {
 func (h *handler) serve(webhook string, mutating bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
+		if m := h.opts.Metrics; m != nil {
+			g := m.inFlight.WithLabelValues(webhook)
+			g.Inc()
+			defer g.Dec()
+		}
 		rev, reqErr := decodeReview(c.Request, h.opts.MaxRequestBytes)
 		if reqErr != nil {
 			h.log(c.Request.Context(), webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)

@@ -8,6 +8,7 @@ import (
 type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	inFlight *prometheus.GaugeVec
 }
 
 // NewMetrics registers the webhook's series on reg.
@@ -22,7 +23,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from request received to response written, by webhook.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"webhook"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qn_admission_requests_in_flight",
+			Help: "Admission requests being handled now, by webhook.",
+		}, []string{"webhook"}),
 	}
-	reg.MustRegister(m.requests, m.latency)
+	reg.MustRegister(m.requests, m.latency, m.inFlight)
 	return m
 }

@@ -35,7 +35,19 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	if _, err := conn.Write([]byte(head + body[:half])); err != nil {
 		t.Fatal(err)
 	}
-	// The server has the request in flight (it is reading the body).
+	// Wait until the handler is running (reading the body): Go's server
+	// counts a request as in flight from then on. A request whose headers
+	// were not read yet is closed unanswered, which clients retry.
+	inFlight := `qn_admission_requests_in_flight{webhook="validate"} 1`
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if m, err := w.Metrics(); err == nil && strings.Contains(m, inFlight) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the request never showed as in flight (%s)", inFlight)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +63,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		t.Fatalf("no answer to the in-flight request: %v", err)
+		t.Fatalf("no answer to the in-flight request: %v\n%s", err, w.Logs())
 	}
 	defer resp.Body.Close()
 	var answer strings.Builder

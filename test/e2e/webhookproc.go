@@ -297,8 +297,13 @@ func WriteBundledPolicies(dir string) error {
 }
 
 // Readiness returns the body of /readyz?verbose.
-func (w *WebhookProcess) Readiness() (string, error) {
-	resp, err := http.Get("http://" + w.Probe + "/readyz?verbose")
+func (w *WebhookProcess) Readiness() (string, error) { return w.probe("/readyz?verbose") }
+
+// Metrics returns the Prometheus exposition of /metrics.
+func (w *WebhookProcess) Metrics() (string, error) { return w.probe("/metrics") }
+
+func (w *WebhookProcess) probe(path string) (string, error) {
+	resp, err := http.Get("http://" + w.Probe + path)
 	if err != nil {
 		return "", err
 	}
