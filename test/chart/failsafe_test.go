@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/releaseutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -340,6 +341,32 @@ func TestDefaultsAreFailSafe(t *testing.T) {
 				if obj.GetNamespace() != releaseNS {
 					t.Errorf("%s %s in namespace %q, want %s", obj.GetKind(), obj.GetName(), obj.GetNamespace(), releaseNS)
 				}
+			}
+		},
+		"helm uninstall deletes everything it installed: no hooks, nothing kept": func(t *testing.T) {
+			for _, obj := range rel.Objects[len(rel.CRDs):] {
+				for k, v := range obj.GetAnnotations() {
+					if strings.HasPrefix(k, "helm.sh/") {
+						t.Errorf("%s %s has %s=%s: Helm would not delete it with the release", obj.GetKind(), obj.GetName(), k, v)
+					}
+				}
+			}
+			hooks, manifests, err := releaseutil.SortManifests(rel.Manifests, nil, releaseutil.UninstallOrder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hooks) != 0 {
+				t.Errorf("%d hooks", len(hooks))
+			}
+			// docs/install.md explains this order: Helm 3 deletes the
+			// webhook configurations after the Service, hence the advice to
+			// delete them first.
+			pos := map[string]int{}
+			for i, m := range manifests {
+				pos[m.Head.Kind] = i
+			}
+			if pos["ValidatingWebhookConfiguration"] < pos["Service"] || pos["MutatingWebhookConfiguration"] < pos["Service"] {
+				t.Errorf("Helm now deletes the webhook configurations before the Service: update the Uninstall section of docs/install.md")
 			}
 		},
 		"NOTES.txt tells how to check the webhook works and how to switch it off": func(t *testing.T) {
