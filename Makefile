@@ -4,7 +4,7 @@ K8S_VERSION ?= v1.36.3
 GO ?= go
 BIN := bin
 
-.PHONY: run run-controller test unit e2e k8s-bins build lint fmt vet clean
+.PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean
 
 ## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080
 run:
@@ -17,6 +17,11 @@ run-controller:
 ## test: every test: gofmt, vet, unit tests, then end-to-end tests against a real kube-apiserver
 test: fmt-check vet
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -race -count=1 -timeout 25m ./...
+
+## chart: refresh the chart's copies of the CRD and bundled policies, then render, lint and dry-run it
+chart:
+	$(GO) generate ./test/chart/
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -count=1 ./test/chart/
 
 ## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
 k8s-bins:
