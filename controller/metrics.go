@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -67,4 +68,17 @@ func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	for phase, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), phase)
 	}
+}
+
+// registerReplacing registers c, replacing a collector of the same metric
+// left by an earlier manager in this process (tests run several): the
+// gauge then follows the newest manager's cache instead of failing setup.
+func registerReplacing(reg prometheus.Registerer, c prometheus.Collector) error {
+	err := reg.Register(c)
+	var already prometheus.AlreadyRegisteredError
+	if !errors.As(err, &already) {
+		return err
+	}
+	reg.Unregister(already.ExistingCollector)
+	return reg.Register(c)
 }

@@ -1,0 +1,103 @@
+// Command qn-controller reconciles QuantumNodes: it keeps the Service of
+// each one in its declared shape and its status true to the cluster's
+// Nodes. See docs/controller.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/quantumnode/qn-admission/controller"
+)
+
+func main() {
+	opts := NewOptions(os.Getenv)
+	fs := pflag.NewFlagSet("qn-controller", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if err := opts.Validate(os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "qn-controller:", err)
+		os.Exit(2)
+	}
+	// SIGTERM or SIGINT cancels the context; a second one exits at once.
+	if err := run(ctrl.SetupSignalHandler(), opts, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "qn-controller:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts the manager and blocks until ctx ends and the manager has
+// shut down: reconciles drained, the Lease released.
+func run(ctx context.Context, opts *Options, logs io.Writer) error {
+	logger := opts.Logger(logs)
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger) // client-go's leader election logs through klog
+
+	cfg, err := opts.RESTConfig()
+	if err != nil {
+		return err
+	}
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   controller.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddress},
+		HealthProbeBindAddress:  opts.ProbeAddress,
+		LeaderElection:          opts.LeaderElect,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		// The process exits right after the manager stops, so handing the
+		// Lease back at once is safe and spares the next leader a wait.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &opts.ShutdownTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("create the manager for %s: %w", cfg.Host, err)
+	}
+	r := &controller.Reconciler{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add the liveness check: %w", err)
+	}
+	// Ready once the informers have synced: before that a replica would
+	// compute status from an empty cache.
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the informer cache has not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add the readiness check: %w", err)
+	}
+
+	logger.Info("starting qn-controller", "apiserver", cfg.Host, "leaderElect", opts.LeaderElect,
+		"metrics", opts.MetricsAddress, "probes", opts.ProbeAddress)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("run the manager: %w", err)
+	}
+	logger.Info("qn-controller stopped")
+	return nil
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/config/crd"
+	"github.com/quantumnode/qn-admission/controller"
+)
+
+// runMainEnv makes the test binary run main() instead of the tests, so
+// that a test can start the real command in its own process: flags parsed
+// from argv, SIGTERM handled by the signal handler, a process exit code.
+const runMainEnv = "QN_CONTROLLER_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestTheCommandAgainstAKubeconfig runs qn-controller the way
+// `make run-controller` does, as its own process, against a real
+// kube-apiserver reached through a kubeconfig file, with leader election
+// on: it serves probes and metrics, reconciles, and on SIGTERM hands the
+// Lease back and exits 0.
+func TestTheCommandAgainstAKubeconfig(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is empty: this test needs a real kube-apiserver and etcd. " +
+			"Run it with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
+	}
+	quantumNodes, err := crd.QuantumNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{quantumNodes}}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The controller runs as its ServiceAccount with exactly the rules of
+	// config/rbac (envtest's API server authorizes with RBAC), so a verb
+	// missing there fails here.
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "qn-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	applyManifests(t, c, "../../config/rbac")
+	user, err := env.ControlPlane.AddUser(envtest.User{
+		Name:   "system:serviceaccount:qn-system:qn-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
+	}, nil)
+	if err != nil {
+		t.Fatalf("add the qn-controller user: %v", err)
+	}
+	userKubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, userKubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
+	cmd := exec.Command(os.Args[0],
+		"--kubeconfig="+kubeconfig,
+		"--metrics-bind-address="+metricsAddr,
+		"--health-probe-bind-address="+probeAddr,
+		"--leader-elect", "--leader-election-namespace=qn-system",
+		"--log-format=text")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
+	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start qn-controller: %v", err)
+	}
+	exited := make(chan struct{})
+	var exitErr error
+	go func() {
+		defer close(exited)
+		exitErr = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	// alive fails the wait at once when the process has died.
+	alive := func(check func() error) func() error {
+		return func() error {
+			select {
+			case <-exited:
+				return fmt.Errorf("qn-controller exited: %v", exitErr)
+			default:
+				return check()
+			}
+		}
+	}
+	ctx := context.Background()
+
+	eventually(t, "/healthz and /readyz answer 200", alive(func() error {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if _, err := get("http://" + probeAddr + path); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	// The samples double as the test's QuantumNodes: the API server's
+	// schema checks them, and neither has its Node yet.
+	applyManifests(t, c, "../../config/samples")
+	qn := &qnv1alpha1.QuantumNode{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "edge-1"}}
+	eventually(t, "the leader reconciles both samples", alive(func() error {
+		list := &qnv1alpha1.QuantumNodeList{}
+		if err := c.List(ctx, list, client.InNamespace("default")); err != nil {
+			return err
+		}
+		if len(list.Items) != 2 {
+			return fmt.Errorf("%d QuantumNodes, want the 2 samples", len(list.Items))
+		}
+		for _, got := range list.Items {
+			if got.Status.Phase != qnv1alpha1.PhasePending {
+				return fmt.Errorf("%s is %q", got.Name, got.Status.Phase)
+			}
+		}
+		return nil
+	}))
+	eventually(t, "/metrics carries the reconcile metrics and the phase gauge", alive(func() error {
+		body, err := get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{
+			`controller_runtime_reconcile_total{controller="quantumnode",result="success"}`,
+			`controller_runtime_reconcile_time_seconds_count{controller="quantumnode"}`,
+			`qn_controller_quantumnodes{phase="Pending"} 2`,
+		} {
+			if !strings.Contains(body, want) {
+				return fmt.Errorf("no %s", want)
+			}
+		}
+		return nil
+	}))
+	eventually(t, "an event records the first phase", alive(func() error {
+		events := &eventsv1.EventList{}
+		if err := c.List(ctx, events, client.InNamespace("default")); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Regarding.Name == qn.Name && e.Reason == controller.ReasonNodeNotFound {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(events.Items))
+	}))
+	lease := &coordinationv1.Lease{}
+	leaseKey := client.ObjectKey{Namespace: "qn-system", Name: LeaderElectionID}
+	if err := c.Get(ctx, leaseKey, lease); err != nil {
+		t.Fatalf("the leader holds no Lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Fatalf("Lease %s has no holder", leaseKey)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if exitErr != nil {
+			t.Fatalf("qn-controller exited with %v after SIGTERM, want 0", exitErr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("qn-controller did not exit within 30s of SIGTERM")
+	}
+	if err := c.Get(context.Background(), leaseKey, lease); err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Errorf("Lease still held by %s after shutdown; the next leader would wait for it to expire", *h)
+	}
+}
+
+// applyManifests creates every object of every YAML file in dir.
+func applyManifests(t *testing.T, c client.Client, dir string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", dir, err)
+	}
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoder := yaml.NewYAMLOrJSONDecoder(f, 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := decoder.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				t.Fatalf("decode %s: %v", file, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			if err := c.Create(context.Background(), obj); err != nil {
+				t.Fatalf("create %s %s from %s: %v", obj.GetKind(), obj.GetName(), file, err)
+			}
+		}
+		_ = f.Close()
+	}
+}
+
+// freeAddress returns a loopback address with a port free right now.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func get(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// eventually polls check until it returns nil or the deadline passes.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	const timeout, interval = 30 * time.Second, 50 * time.Millisecond
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not so after %s: %v", what, timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
