@@ -1,0 +1,19 @@
+// Command qnctl evaluates, explains, tests and lints qn-admission policies
+// offline, with the engine qn-webhook runs.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/quantumnode/qn-admission/internal/qnctl"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := qnctl.Main(ctx, os.Args[1:], qnctl.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	stop()
+	os.Exit(code)
+}

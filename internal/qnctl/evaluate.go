@@ -1,0 +1,233 @@
+package qnctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/webhook"
+)
+
+// Which webhooks an evaluation asks.
+const (
+	// WebhookBoth asks the mutating webhook, then the validating webhook
+	// with the patched object, as the apiserver does.
+	WebhookBoth = "both"
+	// WebhookValidate asks only the validating webhook.
+	WebhookValidate = "validate"
+	// WebhookMutate asks only the mutating webhook.
+	WebhookMutate = "mutate"
+)
+
+var webhookModes = []string{WebhookBoth, WebhookValidate, WebhookMutate}
+
+// evalRequest is one evaluation: a review, the webhooks to ask, the time
+// and the simulated window state.
+type evalRequest struct {
+	Review      []byte
+	Webhook     string
+	Now         time.Time
+	WindowCount int
+	Explain     bool
+}
+
+// webhookAnswer is one webhook's answer.
+type webhookAnswer struct {
+	// Webhook is "mutate" or "validate".
+	Webhook  string
+	Request  *admissionv1.AdmissionRequest
+	Review   *admissionv1.AdmissionReview
+	Decision policies.Decision
+	// Wire is the response body exactly as qn-webhook writes it.
+	Wire []byte
+	// Now is the time the request was judged at.
+	Now time.Time
+	// Explanation is set when asked for and the request reached the engine.
+	Explanation *policies.Explanation
+}
+
+// outcome is what the webhooks answered for one evaluation.
+type outcome struct {
+	Mutate   *webhookAnswer
+	Validate *webhookAnswer
+	// Patched is the object after the mutating webhook's patch: what the
+	// validating webhook judged and the apiserver would store.
+	Patched []byte
+}
+
+// final is the answer that decides: the validating webhook's when it ran,
+// else the mutating webhook's.
+func (o *outcome) final() *webhookAnswer {
+	if o.Validate != nil {
+		return o.Validate
+	}
+	return o.Mutate
+}
+
+// evaluate asks the webhooks the way the apiserver does, through the
+// server's own decoding (webhook.DecodeReview) and answer
+// (webhook.Answer) with an engine over set. Errors are bad input.
+func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, error) {
+	rev, err := webhook.DecodeReview(r.Review)
+	if err != nil {
+		return nil, err
+	}
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: newPrefilledStore(r.Now, r.WindowCount)})
+	d := &explainingDecider{engine: engine, explain: r.Explain}
+	out := &outcome{}
+	req := rev.Request
+	if r.Webhook != WebhookValidate {
+		out.Mutate, err = d.answer(ctx, req, true, r.Now)
+		if err != nil {
+			return nil, err
+		}
+		if !out.Mutate.Decision.Allowed || r.Webhook == WebhookMutate {
+			// The apiserver stops at a denial; mutate-only stops here.
+			out.Patched, err = patched(req.Object.Raw, out.Mutate.Decision.Patch)
+			return out, err
+		}
+		raw, err := patched(req.Object.Raw, out.Mutate.Decision.Patch)
+		if err != nil {
+			return nil, err
+		}
+		if len(out.Mutate.Decision.Patch) > 0 {
+			copied := *req
+			copied.Object = runtime.RawExtension{Raw: raw}
+			req = &copied
+		}
+		out.Patched = raw
+	}
+	out.Validate, err = d.answer(ctx, req, false, r.Now)
+	if err != nil {
+		return nil, err
+	}
+	if out.Patched == nil {
+		out.Patched = req.Object.Raw
+	}
+	return out, nil
+}
+
+// patched applies a webhook's JSONPatch to the object.
+func patched(object, patch []byte) ([]byte, error) {
+	if len(patch) == 0 || len(bytes.TrimSpace(object)) == 0 {
+		return object, nil
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		return nil, fmt.Errorf("decode the mutating webhook's patch %s: %w", patch, err)
+	}
+	out, err := p.Apply(object)
+	if err != nil {
+		return nil, fmt.Errorf("apply the mutating webhook's patch %s: %w", patch, err)
+	}
+	return out, nil
+}
+
+// explainingDecider is the engine as webhook.Answer sees it; when asked,
+// it explains each request first. Explain only peeks at the window, so the
+// explanation is of the very decision the engine then makes.
+type explainingDecider struct {
+	engine  *policies.Engine
+	explain bool
+	last    *policies.Explanation
+	err     error
+}
+
+// Validate implements webhook.Decider.
+func (d *explainingDecider) Validate(ctx context.Context, in *policies.Input) policies.Decision {
+	if d.explain {
+		d.last, d.err = d.engine.Explain(ctx, in, false)
+	}
+	return d.engine.Validate(ctx, in)
+}
+
+// Mutate implements webhook.Decider.
+func (d *explainingDecider) Mutate(ctx context.Context, in *policies.Input) policies.Decision {
+	if d.explain {
+		d.last, d.err = d.engine.Explain(ctx, in, true)
+	}
+	return d.engine.Mutate(ctx, in)
+}
+
+func (d *explainingDecider) answer(ctx context.Context, req *admissionv1.AdmissionRequest, mutating bool, now time.Time) (*webhookAnswer, error) {
+	d.last, d.err = nil, nil
+	rev, _, dec := webhook.Answer(ctx, d, req, mutating, now)
+	if d.err != nil {
+		return nil, fmt.Errorf("explain: %w", d.err)
+	}
+	// The server writes the review with encoding/json; so does qnctl, so
+	// the bytes are the server's.
+	wire, err := json.Marshal(rev)
+	if err != nil {
+		return nil, fmt.Errorf("encode answer: %w", err)
+	}
+	name := WebhookValidate
+	if mutating {
+		name = WebhookMutate
+	}
+	return &webhookAnswer{Webhook: name, Request: req, Review: rev, Decision: dec, Wire: wire, Now: now, Explanation: d.last}, nil
+}
+
+// prefilledStore is the server's in-process window store with every key
+// already holding n changes made at the evaluation time: --window-count.
+// It reads the time from a fixed clock, so a full window frees its first
+// slot exactly one period after --time.
+type prefilledStore struct {
+	mem    *window.MemoryStore
+	n      int
+	mu     sync.Mutex
+	filled map[string]bool
+}
+
+func newPrefilledStore(now time.Time, n int) *prefilledStore {
+	return &prefilledStore{mem: window.NewMemoryStore(fixedClock(now), window.MemoryOptions{}), n: n, filled: map[string]bool{}}
+}
+
+func (s *prefilledStore) fill(ctx context.Context, key string, limit window.Limit) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.filled[key] {
+		return nil
+	}
+	s.filled[key] = true
+	for i := range min(s.n, limit.Count) {
+		if _, _, err := s.mem.Take(ctx, key, limit, fmt.Sprintf("qnctl-window-%d", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Peek implements window.Store.
+func (s *prefilledStore) Peek(ctx context.Context, key string, limit window.Limit) (window.State, error) {
+	if err := s.fill(ctx, key, limit); err != nil {
+		return window.State{}, err
+	}
+	return s.mem.Peek(ctx, key, limit)
+}
+
+// Take implements window.Store.
+func (s *prefilledStore) Take(ctx context.Context, key string, limit window.Limit, uid string) (window.State, bool, error) {
+	if err := s.fill(ctx, key, limit); err != nil {
+		return window.State{}, false, err
+	}
+	return s.mem.Take(ctx, key, limit, uid)
+}
+
+// fixedClock is a clock.PassiveClock that always reads one instant.
+type fixedClock time.Time
+
+// Now implements clock.PassiveClock.
+func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// Since implements clock.PassiveClock.
+func (c fixedClock) Since(t time.Time) time.Duration { return time.Time(c).Sub(t) }

@@ -1,0 +1,380 @@
+package qnctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// explainJSON is an explanation in -o json|yaml.
+type explainJSON struct {
+	Exempt           string                `json:"exempt,omitempty"`
+	Role             string                `json:"role,omitempty"`
+	RoleFrom         string                `json:"roleFrom,omitempty"`
+	RoleKnown        bool                  `json:"roleKnown"`
+	RoleLocation     string                `json:"roleLocation,omitempty"`
+	Operation        string                `json:"operation"`
+	OperationAllowed bool                  `json:"operationAllowed"`
+	Operations       []string              `json:"operations,omitempty"`
+	Enforcement      string                `json:"enforcement,omitempty"`
+	WindowKey        string                `json:"windowKey,omitempty"`
+	Window           *policies.WindowState `json:"window,omitempty"`
+	Evaluated        bool                  `json:"evaluated"`
+	Rules            []string              `json:"rules,omitempty"`
+	Packages         []packageView         `json:"packages,omitempty"`
+	Error            string                `json:"error,omitempty"`
+	Trace            string                `json:"trace,omitempty"`
+}
+
+// packageView is one package of an explanation: the entries its deny,
+// warn or patch rules produced, and every rule of it that held.
+type packageView struct {
+	Name string `json:"name"`
+	// Listed is false for a package the role does not list but whose
+	// rules its packages read.
+	Listed  bool        `json:"listed"`
+	Entries []entryView `json:"entries"`
+	Held    []string    `json:"held"`
+}
+
+// entryView is one deny, warn or patch entry and the rules behind it.
+type entryView struct {
+	Rule  string `json:"rule"`
+	Value any    `json:"value"`
+	// Location is file:line of the rule that added the entry.
+	Location string `json:"location"`
+	// Via names other rules that produced the same value (the detailed
+	// rule a guarded deny reads its messages from), as "rule file:line".
+	Via []string `json:"via,omitempty"`
+}
+
+// roleFrom says where the role came from: "annotation" or "defaultRole".
+func roleFrom(x *policies.Explanation) string {
+	if x.RoleFromAnnotation {
+		return "annotation"
+	}
+	return "defaultRole"
+}
+
+func (p *policySet) roleLocation(x *policies.Explanation) string {
+	if x.RoleKnown {
+		return p.rolesLine("roles." + x.Role)
+	}
+	return ""
+}
+
+func explanationJSON(p *policySet, a *webhookAnswer, trace string) *explainJSON {
+	x := a.Explanation
+	j := &explainJSON{
+		Exempt: x.Exempt, Role: x.Role, RoleKnown: x.RoleKnown, Operation: x.Operation,
+		OperationAllowed: x.OperationAllowed, WindowKey: x.WindowKey, Window: x.Window,
+		Evaluated: x.Evaluated, Rules: x.Rules, Packages: packageViews(x),
+	}
+	if x.Exempt == "" {
+		j.RoleFrom, j.RoleLocation = roleFrom(x), p.roleLocation(x)
+	}
+	if x.RoleKnown {
+		j.Operations, j.Enforcement = x.Spec.Operations, string(enforcement(x.Spec))
+	}
+	if x.Err != nil {
+		j.Error = x.Err.Error()
+	}
+	if trace != "" && x.Evaluated {
+		j.Trace = prettyTrace(x.Trace, trace)
+	}
+	return j
+}
+
+func enforcement(r policies.Role) policies.Enforcement {
+	if r.Enforcement == "" {
+		return policies.EnforceDeny
+	}
+	return r.Enforcement
+}
+
+// packageViews attributes each entry of the role's deny, warn or patch sets
+// to the rule (file:line) that added it, and lists every rule that held.
+func packageViews(x *policies.Explanation) []packageView {
+	if !x.Evaluated {
+		return nil
+	}
+	var out []packageView
+	listed := map[string]bool{}
+	for _, pkg := range x.Packages {
+		listed[pkg] = true
+		out = append(out, packageView{Name: pkg, Listed: true})
+	}
+	for _, f := range x.Firings {
+		if !listed[f.Package] {
+			listed[f.Package] = true
+			out = append(out, packageView{Name: f.Package})
+		}
+	}
+	for i := range out {
+		pv := &out[i]
+		held := map[string]rego.Firing{}
+		for _, f := range x.Firings {
+			if f.Package != pv.Name {
+				continue
+			}
+			held[f.Rule+" "+f.Location()] = f
+			if !f.Entry || !pv.Listed || !contains(x.Rules, f.Rule) {
+				continue
+			}
+			e := entryView{Rule: f.Rule, Value: f.Value, Location: f.Location()}
+			key := canonical(f.Value)
+			for _, g := range x.Firings {
+				if g.Entry && !(g.Package == f.Package && g.Rule == f.Rule) && canonical(g.Value) == key {
+					via := g.Rule + " " + g.Location()
+					if g.Package != f.Package {
+						via = g.Package + "." + via
+					}
+					if !contains(e.Via, via) {
+						e.Via = append(e.Via, via)
+					}
+				}
+			}
+			pv.Entries = append(pv.Entries, e)
+		}
+		sort.SliceStable(pv.Entries, func(a, b int) bool {
+			ea, eb := pv.Entries[a], pv.Entries[b]
+			if ra, rb := ruleOrder(x.Rules, ea.Rule), ruleOrder(x.Rules, eb.Rule); ra != rb {
+				return ra < rb
+			}
+			return entryText(ea.Value) < entryText(eb.Value)
+		})
+		firings := make([]rego.Firing, 0, len(held))
+		for _, f := range held {
+			firings = append(firings, f)
+		}
+		sort.Slice(firings, func(a, b int) bool {
+			if firings[a].File != firings[b].File {
+				return firings[a].File < firings[b].File
+			}
+			if firings[a].Line != firings[b].Line {
+				return firings[a].Line < firings[b].Line
+			}
+			return firings[a].Rule < firings[b].Rule
+		})
+		pv.Held = make([]string, 0, len(firings))
+		for _, f := range firings {
+			pv.Held = append(pv.Held, f.Rule+" "+f.Location())
+		}
+		if pv.Entries == nil {
+			pv.Entries = []entryView{}
+		}
+	}
+	return out
+}
+
+func ruleOrder(rules []string, rule string) int {
+	for i, r := range rules {
+		if r == rule {
+			return i
+		}
+	}
+	return len(rules)
+}
+
+// canonical is a comparable form of a JSON-like value.
+func canonical(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// entryText shows an entry as a person reads it: a message as it is, the
+// "msg" of an object entry, anything else as compact JSON.
+func entryText(v any) string {
+	switch t := v.(type) {
+	case string:
+		return t
+	case map[string]any:
+		if m, ok := t["msg"].(string); ok {
+			return m
+		}
+	}
+	return canonical(v)
+}
+
+// prettyTrace renders the trace of an evaluation, filtered as --trace asks.
+func prettyTrace(events []*topdown.Event, mode string) string {
+	filter, ok := traceModes[mode]
+	if !ok {
+		filter = traceModes["full"]
+	}
+	var b bytes.Buffer
+	topdown.PrettyTraceWithLocation(&b, filter(events))
+	return b.String()
+}
+
+// describeRequest is one line saying who asks to do what, to what, when.
+func describeRequest(a *webhookAnswer) string {
+	r := a.Request
+	target := r.Name
+	if r.Namespace != "" {
+		target = r.Namespace + "/" + r.Name
+	}
+	gv := r.Kind.Version
+	if r.Kind.Group != "" {
+		gv = r.Kind.Group + "/" + gv
+	}
+	s := fmt.Sprintf("%s %s %s %s by %s", r.Operation, gv, r.Kind.Kind, target, strconv.Quote(r.UserInfo.Username))
+	if len(r.UserInfo.Groups) > 0 {
+		s += " (groups " + strings.Join(r.UserInfo.Groups, ", ") + ")"
+	}
+	if r.DryRun != nil && *r.DryRun {
+		s += ", dry run"
+	}
+	return s + " at " + a.Now.Format(time.RFC3339)
+}
+
+// writeExplanation prints how one webhook reaches its answer.
+func writeExplanation(tw *textWriter, p *policySet, a *webhookAnswer, trace string) {
+	tw.line(webhookTitle(a.Webhook) + ": " + verdict(a.Decision))
+	tw.field("request", describeRequest(a))
+	tw.field("policies", fmt.Sprintf("%s (revision %s)", p.Source, p.Set.Revision))
+	x := a.Explanation
+	switch {
+	case x == nil:
+		tw.field("refused", "before any policy ran: the webhook found the request malformed")
+	case x.Exempt != "":
+		tw.field("exempt", fmt.Sprintf("%s, listed under exemptions (%s): admitted without role, policies or window", x.Exempt, p.rolesLine("exemptions")))
+	default:
+		writeRoleSteps(tw, p, x)
+	}
+	writeAnswerFields(tw, a.Decision, "answer")
+	if trace != "" && x != nil && x.Evaluated {
+		tw.line(fmt.Sprintf("  trace (%s):", trace))
+		for _, l := range strings.Split(strings.TrimRight(prettyTrace(x.Trace, trace), "\n"), "\n") {
+			tw.line("    " + strings.TrimRight(l, " "))
+		}
+	}
+}
+
+func writeRoleSteps(tw *textWriter, p *policySet, x *policies.Explanation) {
+	switch {
+	case !x.RoleKnown:
+		tw.field("role", fmt.Sprintf("%q, named by annotation %s, is not a role of %s (known: %s)",
+			x.Role, policies.RoleAnnotation, policies.RolesFile, strings.Join(p.Set.Roles.Names(), ", ")))
+		return
+	case x.RoleFromAnnotation:
+		tw.field("role", fmt.Sprintf("%s, named by annotation %s=%s (%s)", x.Role, policies.RoleAnnotation, x.Role, p.roleLocation(x)))
+	default:
+		tw.field("role", fmt.Sprintf("%s: no %s annotation, so defaultRole (%s)", x.Role, policies.RoleAnnotation, p.rolesLine("defaultRole")))
+	}
+	ops := strings.Join(x.Spec.Operations, ", ")
+	opsAt := p.rolesLine("roles." + x.Role + ".operations")
+	if !x.OperationAllowed {
+		tw.field("operation", fmt.Sprintf("%s is not allowed: role %s may %s (%s)", x.Operation, x.Role, ops, opsAt))
+		return
+	}
+	tw.field("operation", fmt.Sprintf("%s is allowed: role %s may %s (%s)", x.Operation, x.Role, ops, opsAt))
+	tw.field("enforcement", fmt.Sprintf("%s, onError %s", enforcement(x.Spec), onError(x.Spec)))
+	switch {
+	case x.Mutating:
+	case x.Window == nil:
+		tw.field("window", "none: the role has no rate window")
+	default:
+		w := x.Window
+		tw.field("window", fmt.Sprintf("%s (%s): %d of %d changes in the last %s before this request, %d remaining (input.context.window)",
+			x.WindowKey, w.Key, w.Count, w.Limit, seconds(w.PeriodSeconds), w.Remaining))
+	}
+	tw.field("evaluated", fmt.Sprintf("%s rules of %s", joinAnd(x.Rules), strings.Join(x.Packages, ", ")))
+	if x.Err != nil {
+		tw.field("error", x.Err.Error())
+	}
+	for _, pv := range packageViews(x) {
+		title := pv.Name
+		if !pv.Listed {
+			title += " (read by the role's packages)"
+		}
+		if len(pv.Entries) == 0 && pv.Listed {
+			title += ": no " + joinOr(x.Rules) + " entries"
+		}
+		tw.line("  " + title)
+		for _, e := range pv.Entries {
+			by := "by " + e.Rule + " " + e.Location
+			if len(e.Via) > 0 {
+				by += ", via " + strings.Join(e.Via, ", ")
+			}
+			tw.field("  "+e.Rule, entryText(e.Value)+"\n"+by)
+		}
+		if len(pv.Held) > 0 {
+			tw.field("  held", heldText(pv.Held))
+		}
+	}
+}
+
+func onError(r policies.Role) policies.OnError {
+	if r.OnError == "" {
+		return policies.OnErrorDeny
+	}
+	return r.OnError
+}
+
+// heldText lists the rules that held, the file named once per run of rules
+// in the same file: "quantumnode.rego: is_quantumnode:7 judged:13".
+func heldText(held []string) string {
+	var parts []string
+	file := ""
+	for _, h := range held {
+		rule, loc, _ := strings.Cut(h, " ")
+		f, line, _ := strings.Cut(loc, ":")
+		if f != file {
+			parts = append(parts, path.Base(f)+":")
+			file = f
+		}
+		parts = append(parts, rule+":"+line)
+	}
+	return strings.Join(parts, " ")
+}
+
+func joinAnd(list []string) string { return joinWith(list, " and ") }
+func joinOr(list []string) string  { return joinWith(list, " or ") }
+
+func joinWith(list []string, last string) string {
+	switch len(list) {
+	case 0:
+		return ""
+	case 1:
+		return list[0]
+	}
+	return strings.Join(list[:len(list)-1], ", ") + last + list[len(list)-1]
+}
+
+// writeAnswerFields prints a decision's fields under a webhook's title.
+func writeAnswerFields(tw *textWriter, d policies.Decision, first string) {
+	if d.Message != "" {
+		tw.field(first, d.Message)
+	} else {
+		tw.field(first, verdict(d))
+	}
+	writeDetails(tw, d)
+}
+
+// writeDetails prints warnings, unenforced denials, the window after the
+// request and the patch of a decision.
+func writeDetails(tw *textWriter, d policies.Decision) {
+	for _, warn := range d.Warnings {
+		tw.field("warning", warn)
+	}
+	for _, wd := range d.WouldDeny {
+		tw.field("not enforced", wd)
+	}
+	if d.Window != nil {
+		tw.field("window", windowAfter(d.Window))
+	}
+	if len(d.Patch) > 0 {
+		tw.field("patch", string(d.Patch))
+	}
+}

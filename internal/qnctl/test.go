@@ -1,0 +1,497 @@
+package qnctl
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quantumnode/qn-admission/policies"
+)
+
+// testOptions are the flags of qnctl test.
+type testOptions struct {
+	Fixtures string
+	Output   string
+	Run      string
+	Verbose  bool
+}
+
+func newTestCommand(opts *Options, s Streams) *cobra.Command {
+	o := &testOptions{Output: outputText}
+	cmd := &cobra.Command{
+		Use:   "test [DIR]",
+		Short: "Run a policy directory's Rego unit tests and fixture cases",
+		Long: `test loads the policy directory DIR as qn-webhook does (without the bundled
+policies when DIR is omitted), runs its Rego unit tests (test_* rules, the
+semantics of opa test) and its fixture cases, and prints a line per test and
+case and a summary.
+
+A fixture case gives a review or an object plus context (user, groups,
+operation, role, old object, time, window count) and the decision it must get
+(allowed, code, message substrings, warnings, patch); it is judged by the
+webhook's own answer path, as qnctl eval does. Fixture files are the *.yaml
+files under DIR/fixtures, or --fixtures (a directory or a file).
+
+Exit codes: 0 every test and case passed, 1 one failed, 2 the policy directory
+or a fixture file does not load.`,
+		Example: `  # The bundled policies and their fixture cases
+  qnctl test rego/bundle --fixtures test/fixtures/bundled
+
+  # Your policy directory, fixtures in ./policies/fixtures, a JUnit report for CI
+  qnctl test ./policies -o junit > report.xml
+
+  # Only the cases and tests whose name matches
+  qnctl test ./policies --run 'realtime'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := ""
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			return runTest(cmd.Context(), opts, o, dir, s.Out)
+		},
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return nil, cobra.ShellCompDirectiveFilterDirs
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Fixtures, "fixtures", "", "Fixture cases: a directory of *.yaml files or one file (default DIR/fixtures when present).")
+	f.StringVarP(&o.Output, "output", "o", o.Output, "Output: text, json or junit.")
+	f.StringVar(&o.Run, "run", "", "Run only the Rego tests and cases whose name matches this regular expression.")
+	f.BoolVarP(&o.Verbose, "verbose", "v", false, "Also print the answer of every fixture case.")
+	_ = cmd.MarkFlagDirname("fixtures")
+	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion(outputText, outputJSON, outputJUnit))
+	return cmd
+}
+
+// testResult is one Rego test or fixture case.
+type testResult struct {
+	// Kind is "rego" or "fixture".
+	Kind string `json:"kind"`
+	// Suite is the Rego package or the fixture file.
+	Suite    string `json:"suite"`
+	Name     string `json:"name"`
+	Location string `json:"location"`
+	Passed   bool   `json:"passed"`
+	Skipped  bool   `json:"skipped,omitempty"`
+	// Failures say what differed or went wrong.
+	Failures []string      `json:"failures,omitempty"`
+	Duration time.Duration `json:"durationNs"`
+	// Answer is the decision a fixture case got, in one line.
+	Answer string `json:"answer,omitempty"`
+}
+
+// testReport is the whole run.
+type testReport struct {
+	Policies policiesJSON `json:"policies"`
+	Fixtures string       `json:"fixtures,omitempty"`
+	Results  []testResult `json:"results"`
+	Summary  testSummary  `json:"summary"`
+}
+
+type testSummary struct {
+	RegoTests     int           `json:"regoTests"`
+	FixtureCases  int           `json:"fixtureCases"`
+	Passed        int           `json:"passed"`
+	Failed        int           `json:"failed"`
+	Skipped       int           `json:"skipped"`
+	Duration      time.Duration `json:"durationNs"`
+	DurationHuman string        `json:"duration"`
+}
+
+func runTest(ctx context.Context, opts *Options, o *testOptions, dir string, w io.Writer) error {
+	start := time.Now()
+	switch o.Output {
+	case outputText, outputJSON, outputJUnit:
+	default:
+		return usagef("--output %q is not one of text, json, junit", o.Output)
+	}
+	var filter *regexp.Regexp
+	if o.Run != "" {
+		var err error
+		if filter, err = regexp.Compile(o.Run); err != nil {
+			return usagef("--run %q is not a regular expression: %v", o.Run, err)
+		}
+	}
+	fixtures := o.Fixtures
+	if fixtures == "" && dir != "" {
+		if st, err := os.Stat(filepath.Join(dir, FixturesDir)); err == nil && st.IsDir() {
+			fixtures = filepath.Join(dir, FixturesDir)
+		}
+	}
+	// Fixture files are read before the policies, so a typo in either is
+	// reported without waiting on the other.
+	var cases []*loadedCase
+	if fixtures != "" {
+		files, err := fixtureFiles(fixtures)
+		if err != nil {
+			return err
+		}
+		if len(files) == 0 {
+			return fmt.Errorf("fixtures %s: no *.yaml files", fixtures)
+		}
+		if cases, err = loadFixtures(files, time.Now().UTC()); err != nil {
+			return err
+		}
+	}
+	p, err := loadPolicies(ctx, dir, opts, true)
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for _, c := range cases {
+		if err := checkRole(p, c.Spec.Role); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: case %q: %v", c.Location, c.Name, err))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s", strings.Join(bad, "\n"))
+	}
+
+	report := &testReport{Policies: policiesJSON{Source: p.Source, Revision: p.Set.Revision}, Fixtures: fixtures}
+	regoResults, err := p.Set.Compiled.RunTests(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.Source, err)
+	}
+	for _, r := range regoResults {
+		pkg := strings.TrimPrefix(r.Package, "data.")
+		name := pkg + "." + r.Name
+		if filter != nil && !filter.MatchString(name) {
+			continue
+		}
+		tr := testResult{Kind: "rego", Suite: pkg, Name: r.Name, Location: r.Location, Passed: r.Passed, Skipped: r.Skipped, Duration: r.Duration}
+		if r.Failure != "" {
+			tr.Failures = []string{r.Failure}
+		}
+		report.Results = append(report.Results, tr)
+		report.Summary.RegoTests++
+	}
+	for _, c := range cases {
+		if filter != nil && !filter.MatchString(c.Name) {
+			continue
+		}
+		report.Results = append(report.Results, runCase(ctx, p, c))
+		report.Summary.FixtureCases++
+	}
+	for _, r := range report.Results {
+		switch {
+		case r.Skipped:
+			report.Summary.Skipped++
+		case r.Passed:
+			report.Summary.Passed++
+		default:
+			report.Summary.Failed++
+		}
+	}
+	report.Summary.Duration = time.Since(start)
+	report.Summary.DurationHuman = report.Summary.Duration.Round(time.Millisecond).String()
+	if report.Results == nil {
+		report.Results = []testResult{}
+	}
+	switch o.Output {
+	case outputJSON:
+		js, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", js)
+		if err != nil {
+			return err
+		}
+	case outputJUnit:
+		if err := writeJUnit(w, report); err != nil {
+			return err
+		}
+	default:
+		if err := writeTestText(w, report, o.Verbose); err != nil {
+			return err
+		}
+	}
+	if report.Summary.Failed > 0 {
+		return failed()
+	}
+	return nil
+}
+
+// runCase judges one fixture case as qnctl eval would and compares.
+func runCase(ctx context.Context, p *policySet, c *loadedCase) testResult {
+	start := time.Now()
+	suite, _, _ := strings.Cut(c.Location, ":")
+	tr := testResult{Kind: "fixture", Suite: suite, Name: c.Name, Location: c.Location}
+	defer func() { tr.Duration = time.Since(start) }()
+	review, err := c.Spec.reviewBytes()
+	if err == nil {
+		var out *outcome
+		out, err = evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: c.Webhook, Now: c.Now, WindowCount: c.Windows})
+		if err == nil {
+			tr.Failures = c.check(out)
+			tr.Answer = oneLine(out)
+		}
+	}
+	if err != nil {
+		tr.Failures = []string{"input: " + err.Error()}
+	}
+	tr.Passed = len(tr.Failures) == 0
+	tr.Duration = time.Since(start)
+	return tr
+}
+
+// oneLine summarises an outcome for -v and reports.
+func oneLine(out *outcome) string {
+	d := out.final().Decision
+	s := verdict(d)
+	if d.Role != "" {
+		s += " role " + d.Role
+	}
+	if d.Message != "" {
+		s += ": " + d.Message
+	}
+	if len(d.Warnings) > 0 {
+		s += fmt.Sprintf(" [warnings: %s]", strings.Join(d.Warnings, "; "))
+	}
+	if out.Mutate != nil && len(out.Mutate.Decision.Patch) > 0 {
+		s += " [patch: " + string(out.Mutate.Decision.Patch) + "]"
+	}
+	return s
+}
+
+// check compares an outcome with the case's expectation; each difference
+// is one sentence.
+func (c *loadedCase) check(out *outcome) []string {
+	var fails []string
+	e := c.Expect
+	d := out.final().Decision
+	if e.Allowed != nil && *e.Allowed != d.Allowed {
+		fails = append(fails, fmt.Sprintf("allowed: want %t, got %t (%s)", *e.Allowed, d.Allowed, describeDecision(d)))
+	}
+	if e.Code != nil && *e.Code != d.Code {
+		fails = append(fails, fmt.Sprintf("code: want %d, got %d (%s)", *e.Code, d.Code, describeDecision(d)))
+	}
+	if e.Role != nil && *e.Role != d.Role {
+		fails = append(fails, fmt.Sprintf("role: want %q, got %q", *e.Role, d.Role))
+	}
+	for _, sub := range e.Message {
+		if !strings.Contains(d.Message, sub) {
+			fails = append(fails, fmt.Sprintf("message: want it to contain %q, got %q", sub, d.Message))
+		}
+	}
+	if e.Warnings != nil {
+		fails = append(fails, checkWarnings(*e.Warnings, d.Warnings)...)
+	}
+	if c.Patch != nil {
+		var got []any
+		if out.Mutate != nil && len(out.Mutate.Decision.Patch) > 0 {
+			_ = json.Unmarshal(out.Mutate.Decision.Patch, &got)
+		}
+		if !sameOps(c.Patch, got) {
+			fails = append(fails, fmt.Sprintf("patch: want %s, got %s", canonical(c.Patch), canonical(orEmpty(got))))
+		}
+	}
+	return fails
+}
+
+// describeDecision is a decision in a few words, for failure messages.
+func describeDecision(d policies.Decision) string {
+	if d.Message != "" {
+		return verdict(d) + ": " + d.Message
+	}
+	return verdict(d)
+}
+
+func orEmpty(list []any) []any {
+	if list == nil {
+		return []any{}
+	}
+	return list
+}
+
+// checkWarnings wants exactly len(want) warnings, each containing its
+// substring.
+func checkWarnings(want, got []string) []string {
+	var fails []string
+	used := make([]bool, len(got))
+	for _, sub := range want {
+		found := false
+		for i, g := range got {
+			if !used[i] && strings.Contains(g, sub) {
+				used[i], found = true, true
+				break
+			}
+		}
+		if !found {
+			fails = append(fails, fmt.Sprintf("warnings: want one containing %q, got %s", sub, quoteList(got)))
+		}
+	}
+	if len(got) != len(want) && len(fails) == 0 {
+		fails = append(fails, fmt.Sprintf("warnings: want %d, got %d: %s", len(want), len(got), quoteList(got)))
+	}
+	return fails
+}
+
+func quoteList(list []string) string {
+	if len(list) == 0 {
+		return "none"
+	}
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// sameOps compares two JSONPatch documents as sets of operations.
+func sameOps(want, got []any) bool {
+	if len(want) != len(got) {
+		return false
+	}
+	a, b := make([]string, len(want)), make([]string, len(got))
+	for i := range want {
+		a[i], b[i] = canonical(want[i]), canonical(got[i])
+	}
+	sort.Strings(a)
+	sort.Strings(b)
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func writeTestText(w io.Writer, r *testReport, verbose bool) error {
+	tw := &textWriter{w: w}
+	head := "policies " + r.Policies.Source + " (revision " + r.Policies.Revision + ")"
+	if r.Fixtures != "" {
+		head += ", fixtures " + r.Fixtures
+	}
+	tw.line(head)
+	for _, res := range r.Results {
+		status := "PASS"
+		switch {
+		case res.Skipped:
+			status = "SKIP"
+		case !res.Passed:
+			status = "FAIL"
+		}
+		name := res.Name
+		if res.Kind == "rego" {
+			name = res.Suite + "." + res.Name
+		}
+		tw.line(fmt.Sprintf("%s  %-7s %s  %s", status, res.Kind, name, "("+res.Location+")"))
+		for _, f := range res.Failures {
+			tw.line("        " + f)
+		}
+		if verbose && res.Answer != "" {
+			tw.line("        answer: " + res.Answer)
+		}
+	}
+	s := r.Summary
+	verdict := "PASS"
+	if s.Failed > 0 {
+		verdict = "FAIL"
+	}
+	line := fmt.Sprintf("%s: %d Rego tests, %d fixture cases: %d passed, %d failed", verdict, s.RegoTests, s.FixtureCases, s.Passed, s.Failed)
+	if s.Skipped > 0 {
+		line += fmt.Sprintf(", %d skipped", s.Skipped)
+	}
+	tw.line(line + " (" + s.DurationHuman + ")")
+	return tw.err
+}
+
+// JUnit XML, the subset CI systems read.
+type junitSuites struct {
+	XMLName  xml.Name     `xml:"testsuites"`
+	Name     string       `xml:"name,attr"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Skipped  int          `xml:"skipped,attr"`
+	Time     string       `xml:"time,attr"`
+	Suites   []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Skipped  int         `xml:"skipped,attr"`
+	Time     string      `xml:"time,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	Classname string        `xml:"classname,attr"`
+	File      string        `xml:"file,attr,omitempty"`
+	Line      string        `xml:"line,attr,omitempty"`
+	Time      string        `xml:"time,attr"`
+	Failure   *junitFailure `xml:"failure,omitempty"`
+	Skipped   *struct{}     `xml:"skipped,omitempty"`
+	SystemOut string        `xml:"system-out,omitempty"`
+}
+
+type junitFailure struct {
+	Message string `xml:"message,attr"`
+	Text    string `xml:",chardata"`
+}
+
+func junitSeconds(d time.Duration) string { return fmt.Sprintf("%.3f", d.Seconds()) }
+
+func writeJUnit(w io.Writer, r *testReport) error {
+	root := junitSuites{Name: "qnctl test " + r.Policies.Source, Time: junitSeconds(r.Summary.Duration)}
+	index := map[string]int{}
+	for _, res := range r.Results {
+		suite := res.Kind + ": " + res.Suite
+		i, ok := index[suite]
+		if !ok {
+			i = len(root.Suites)
+			index[suite] = i
+			root.Suites = append(root.Suites, junitSuite{Name: suite})
+		}
+		s := &root.Suites[i]
+		file, line, _ := strings.Cut(res.Location, ":")
+		jc := junitCase{Name: res.Name, Classname: res.Suite, File: file, Line: line, Time: junitSeconds(res.Duration), SystemOut: res.Answer}
+		s.Tests++
+		root.Tests++
+		switch {
+		case res.Skipped:
+			jc.Skipped = &struct{}{}
+			s.Skipped++
+			root.Skipped++
+		case !res.Passed:
+			jc.Failure = &junitFailure{Message: res.Failures[0], Text: strings.Join(res.Failures, "\n")}
+			s.Failures++
+			root.Failures++
+		}
+		s.Cases = append(s.Cases, jc)
+	}
+	var total time.Duration
+	for i := range root.Suites {
+		total = 0
+		for _, res := range r.Results {
+			if res.Kind+": "+res.Suite == root.Suites[i].Name {
+				total += res.Duration
+			}
+		}
+		root.Suites[i].Time = junitSeconds(total)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(root); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
