@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
 )
 
@@ -72,6 +75,15 @@ func run(ctx context.Context, opts *Options, logs io.Writer) error {
 	})
 	if err != nil {
 		return fmt.Errorf("create the manager for %s: %w", cfg.Host, err)
+	}
+	// Without the CRD the manager would wait minutes for a cache that
+	// cannot sync; say what is missing instead.
+	if _, err := mgr.GetRESTMapper().RESTMapping(qnv1alpha1.GroupVersionKind.GroupKind(), qnv1alpha1.Version); err != nil {
+		if meta.IsNoMatchError(err) {
+			return fmt.Errorf("the API server at %s does not serve %s: install the CRD first (kubectl apply -f config/crd/%s)",
+				cfg.Host, qnv1alpha1.GroupVersionResource.GroupResource(), crd.FileName)
+		}
+		return fmt.Errorf("look up %s on %s: %w", qnv1alpha1.GroupVersionKind, cfg.Host, err)
 	}
 	r := &controller.Reconciler{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {

@@ -57,7 +57,8 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{quantumNodes}}
+	// The CRD is installed after the first run, which must refuse to start.
+	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start kube-apiserver and etcd: %v", err)
@@ -92,6 +93,22 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, userKubeconfig, 0o600); err != nil {
 		t.Fatal(err)
+	}
+
+	t.Run("without the CRD it says to install it and exits 1", func(t *testing.T) {
+		cmd := exec.Command(os.Args[0], "--kubeconfig="+kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0")
+		cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("exit = %v, want status 1; output:\n%s", err, out)
+		}
+		if want := "does not serve quantumnodes.qn.dev: install the CRD first (kubectl apply -f config/crd/qn.dev_quantumnodes.yaml)"; !strings.Contains(string(out), want) {
+			t.Errorf("output does not say %q:\n%s", want, out)
+		}
+	})
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{quantumNodes}}); err != nil {
+		t.Fatalf("install the QuantumNode CRD: %v", err)
 	}
 
 	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
