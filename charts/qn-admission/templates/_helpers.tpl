@@ -109,7 +109,8 @@ seccompProfile:
 {{/*
 Policy directory inside the qn-webhook container, or empty for the bundled
 policies. git-sync publishes each commit as a worktree behind the symlink
-"<root>/repo", swapped atomically; the server watches through it.
+"<root>/repo", swapped atomically; the server watches through it. Both
+containers mount the checkout at /git, so the link resolves the same in each.
 */}}
 {{- define "qn-admission.policyDir" -}}
 {{- if eq .Values.policies.source "configMap" -}}
@@ -117,9 +118,9 @@ policies. git-sync publishes each commit as a worktree behind the symlink
 {{- else if eq .Values.policies.source "gitSync" -}}
 {{- $path := trimAll "/" .Values.policies.gitSync.path -}}
 {{- if $path -}}
-{{- printf "/etc/qn-webhook/git/repo/%s" $path -}}
+{{- printf "/git/repo/%s" $path -}}
 {{- else -}}
-/etc/qn-webhook/git/repo
+/git/repo
 {{- end -}}
 {{- end -}}
 {{- end -}}
