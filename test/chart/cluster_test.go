@@ -82,9 +82,14 @@ func certManagerCRDs(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	mod := "github.com/cert-manager/cert-manager@" + CertManagerVersion
+	dir, err := os.MkdirTemp("", "qn-chart-cert-manager-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Dir = dir // no go.mod here: ours stays untouched
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -95,11 +100,11 @@ func certManagerCRDs(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("go mod download %s: %v\n%s%s", mod, err, out, stderr.Bytes())
 	}
-	dir := filepath.Join(info.Dir, "deploy", "crds")
-	if _, err := os.Stat(filepath.Join(dir, "cert-manager.io_certificates.yaml")); err != nil {
+	crds := filepath.Join(info.Dir, "deploy", "crds")
+	if _, err := os.Stat(filepath.Join(crds, "cert-manager.io_certificates.yaml")); err != nil {
 		return "", fmt.Errorf("cert-manager %s has no CRDs where expected: %w", CertManagerVersion, err)
 	}
-	return dir, nil
+	return crds, nil
 }
 
 // ensureNamespace creates a namespace with labels, or sets the labels of
