@@ -35,9 +35,10 @@ type Options struct {
 	// ShutdownTimeout bounds how long running reconciles may finish after
 	// SIGTERM before the process exits anyway.
 	ShutdownTimeout time.Duration
-	// LogFormat is json or text; LogLevel is debug, info, warn or error.
+	// LogFormat is json or text.
 	LogFormat string
-	LogLevel  string
+	// LogLevel is the lowest level logged: debug, info, warn or error.
+	LogLevel string
 }
 
 // LeaderElectionID names the Lease the replicas compete for.
