@@ -229,7 +229,7 @@ func lintDirectory(ctx context.Context, opts *Options, r *lintReport, fsys fs.FS
 		return
 	}
 	for _, f := range rego.FailedTests(results) {
-		p := problemFromMessage(f.Location+": "+f.Package+"."+f.Name+": "+f.Failure, ".")
+		p := problemFromMessage(f.Location+": "+strings.TrimPrefix(f.Package, "data.")+"."+f.Name+": "+f.Failure, ".")
 		p.Hint = "qn-webhook refuses a set whose Rego tests fail; fix the policy or the test (qnctl test shows every result)"
 		r.add(p)
 	}
@@ -276,12 +276,16 @@ func lintData(r *lintReport, fsys fs.FS) (map[string]any, bool) {
 
 // lineOfKey finds the line of a top-level key in a YAML or JSON document.
 func lineOfKey(src []byte, key string) int {
-	re := regexp.MustCompile(`(?m)^\s*"?` + regexp.QuoteMeta(key) + `"?\s*:`)
-	loc := re.FindIndex(src)
-	if loc == nil {
-		return 0
+	q := regexp.QuoteMeta(key)
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^\s*"?` + q + `"?\s*:`),
+		regexp.MustCompile(`"` + q + `"\s*:`),
+	} {
+		if loc := re.FindIndex(src); loc != nil {
+			return 1 + strings.Count(string(src[:loc[0]]), "\n")
+		}
 	}
-	return 1 + strings.Count(string(src[:loc[0]]), "\n")
+	return 0
 }
 
 // lintRolePackages checks that every package a role lists exists and

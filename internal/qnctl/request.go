@@ -104,7 +104,7 @@ func parseDocument(name string, src []byte) (document, error) {
 	}
 	js, err := yaml.YAMLToJSONStrict(src)
 	if err != nil {
-		return document{}, fmt.Errorf("%s is not valid YAML: %s", name, strings.TrimPrefix(err.Error(), "error converting YAML to JSON: yaml: "))
+		return document{}, yamlDocError(name, err)
 	}
 	if t := bytes.TrimSpace(js); len(t) == 0 || t[0] != '{' {
 		return document{}, fmt.Errorf("%s is not a YAML mapping; pass an AdmissionReview or a Kubernetes object", name)
@@ -350,4 +350,17 @@ func setRole(r *admissionv1.AdmissionRequest, role string) {
 	if raw, err := json.Marshal(obj); err == nil {
 		target.Raw = raw
 	}
+}
+
+var yamlLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// yamlDocError says where a YAML document is broken: "file:line: ...".
+func yamlDocError(name string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	msg = strings.TrimSpace(strings.TrimPrefix(msg, "unmarshal errors:"))
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("%s:%s: not valid YAML: %s", name, m[1], m[2])
+	}
+	return fmt.Errorf("%s is not valid YAML: %s", name, msg)
 }

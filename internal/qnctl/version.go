@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	opaversion "github.com/open-policy-agent/opa/v1/version"
 	"github.com/spf13/cobra"
 )
 
@@ -26,7 +27,7 @@ type versionInfo struct {
 }
 
 func buildVersion() versionInfo {
-	v := versionInfo{Version: Version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, OPA: "unknown"}
+	v := versionInfo{Version: Version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, OPA: "v" + opaversion.Version}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		if v.Version == "" {
@@ -45,11 +46,6 @@ func buildVersion() versionInfo {
 			v.BuildTime = s.Value
 		case "vcs.modified":
 			v.Modified = s.Value == "true"
-		}
-	}
-	for _, d := range bi.Deps {
-		if d.Path == "github.com/open-policy-agent/opa" {
-			v.OPA = d.Version
 		}
 	}
 	return v

@@ -1,0 +1,233 @@
+package qnctl
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
+	valid := "testdata/inputs/node-valid.yaml"
+	invalid := "testdata/inputs/node-invalid.yaml"
+	base := []string{"--policy-dir", testPolicies, "--time", testTime}
+	cases := map[string]struct {
+		args     []string
+		stdin    string
+		wantCode int
+		want     []string
+		wantNot  []string
+	}{
+		"a valid object is admitted, patched and warned about": {
+			args:     []string{valid},
+			wantCode: ExitOK,
+			want: []string{
+				"mutating webhook: allowed (200)",
+				`patch       [{"op":"add","path":"/metadata/labels","value":{"demo/checked":"true"}}]`,
+				"validating webhook: allowed (200)",
+				"warning     service http uses privileged port 80",
+			},
+		},
+		"an invalid object is denied with every reason": {
+			args:     []string{invalid},
+			wantCode: ExitFailed,
+			want: []string{
+				"validating webhook: DENIED (403 Forbidden)",
+				`message     denied by qn-admission (role "standard"): spec.hardware.arch must be amd64 or arm64; spec.services must not be empty`,
+			},
+		},
+		"the object can come from stdin": {
+			args:     []string{"-"},
+			stdin:    "apiVersion: qn.dev/v1alpha1\nkind: QuantumNode\nmetadata: {name: node1}\nspec: {hardware: {arch: x}}\n",
+			wantCode: ExitFailed,
+			want:     []string{"DENIED (403 Forbidden)"},
+		},
+		"--role sets the annotation and the role's policies judge": {
+			args:     []string{valid, "--role", "strict", "--user", "bob"},
+			wantCode: ExitFailed,
+			want:     []string{`role        strict`, `user "bob" is not an owner of strict nodes`},
+		},
+		"--window-count fills the role's window and the next change gets 429": {
+			args:     []string{valid, "--role", "strict", "--user", "alice", "--window-count", "2"},
+			wantCode: ExitFailed,
+			want:     []string{"DENIED (429 TooManyRequests)", `rate window full: role "strict" allows 2 changes per 30s per namespace; namespace "demo" has made 2 in the last 30s; a slot frees in 30s`},
+		},
+		"a window with room shows what is left after the request": {
+			args:     []string{valid, "--role", "strict", "--user", "alice", "--window-count", "1"},
+			wantCode: ExitOK,
+			want:     []string{"window      namespace window: 2 of 2 changes per 30s used after this request, 0 remaining"},
+		},
+		"an operation the role may not perform is denied": {
+			args:     []string{valid, "--role", "strict", "--old", valid},
+			wantCode: ExitFailed,
+			want:     []string{`role "strict" may not update QuantumNode; it may CREATE`},
+		},
+		"DELETE judges the object as the old object": {
+			args:     []string{invalid, "--operation", "delete"},
+			wantCode: ExitOK,
+			want:     []string{"validating webhook: allowed (200)"},
+		},
+		"an exempt group is admitted unjudged": {
+			args:     []string{invalid, "--group", "break-glass"},
+			wantCode: ExitOK,
+			want:     []string{"exempt      group break-glass (admitted without policies)"},
+		},
+		"--webhook validate asks only the validating webhook": {
+			args:     []string{valid, "--webhook", "validate"},
+			wantCode: ExitOK,
+			want:     []string{"validating webhook: allowed"},
+			wantNot:  []string{"mutating webhook"},
+		},
+		"--webhook mutate asks only the mutating webhook": {
+			args:     []string{invalid, "--webhook", "mutate"},
+			wantCode: ExitOK,
+			want:     []string{"mutating webhook: allowed"},
+			wantNot:  []string{"validating webhook"},
+		},
+		"--show-patched prints the object the validating webhook judged": {
+			args:     []string{valid, "--show-patched"},
+			wantCode: ExitOK,
+			want:     []string{"patched object:", "      demo/checked: \"true\""},
+		},
+		"a malformed review is answered with 400 like the webhook does": {
+			args:     []string{"testdata/inputs/review-kind-mismatch.json"},
+			wantCode: ExitFailed,
+			want:     []string{"DENIED (400 BadRequest)", `request.object is apiVersion "v1" kind "ConfigMap"`},
+		},
+		"the bundled policies judge when no directory is given": {
+			args:     []string{"../../test/testdata/review-duplicate-port.json", "--policy-dir", ""},
+			wantCode: ExitFailed,
+			want:     []string{`port 8883 is declared 2 times`},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := run(t, tc.stdin, append(append([]string{"eval"}, base...), tc.args...)...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, out, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if strings.Contains(out, w) {
+					t.Errorf("output has %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestEvalBadInputIsAClearErrorWithExit2(t *testing.T) {
+	broken := copyDir(t, testPolicies, map[string]string{"nodes.rego": "package demo.nodes\n\ndeny contains msg if {\n"})
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"an unreadable file":               {[]string{"testdata/inputs/no-such-file.yaml"}, "read testdata/inputs/no-such-file.yaml: no such file or directory"},
+		"invalid YAML names file and line": {[]string{"testdata/inputs/invalid.yaml"}, "testdata/inputs/invalid.yaml:4: not valid YAML"},
+		"invalid JSON names file and line": {[]string{writeFile(t, "bad.json", "{\n  \"a\": ,\n}")}, "bad.json is not valid JSON: line 2: invalid character"},
+		"a review without a request":       {[]string{"testdata/inputs/review-no-request.json"}, "review-no-request.json: AdmissionReview has no request"},
+		"an object without apiVersion":     {[]string{writeFile(t, "o.yaml", "metadata: {name: x}\n")}, "o.yaml has no apiVersion and kind"},
+		"two documents in one file":        {[]string{writeFile(t, "two.yaml", "kind: A\n---\nkind: B\n")}, "two.yaml holds 2 YAML documents"},
+		"an empty file":                    {[]string{writeFile(t, "empty.yaml", "\n")}, "empty.yaml is empty"},
+		"an unknown role":                  {[]string{"testdata/inputs/node-valid.yaml", "--role", "fast"}, `role "fast" is not in roles.yaml (testdata/policies); known roles: standard, strict`},
+		"a broken policy directory":        {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", broken}, "nodes.rego:4: rego_parse_error"},
+		"a missing policy directory":       {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", "testdata/nope"}, "policy directory testdata/nope: no such file or directory"},
+		"an unknown operation":             {[]string{"testdata/inputs/node-valid.yaml", "--operation", "PATCH"}, `operation "PATCH" is not one of CREATE, UPDATE, DELETE, CONNECT`},
+		"a time that is not RFC 3339":      {[]string{"testdata/inputs/node-valid.yaml", "--time", "yesterday"}, `--time "yesterday" is not an RFC 3339 time`},
+		"a negative window count":          {[]string{"testdata/inputs/node-valid.yaml", "--window-count", "-1"}, "--window-count -1 is negative"},
+		"an unknown output":                {[]string{"testdata/inputs/node-valid.yaml", "-o", "xml"}, `--output "xml" is not one of text, json, yaml, review`},
+		"an unknown trace filter":          {[]string{"testdata/inputs/node-valid.yaml", "--trace=all"}, `--trace "all" is not one of full, fails, notes`},
+		"--old with DELETE":                {[]string{"testdata/inputs/node-valid.yaml", "--operation", "DELETE", "--old", "testdata/inputs/node-valid.yaml"}, "--old does not apply to DELETE"},
+		"--resource with a review":         {[]string{"testdata/inputs/review-kind-mismatch.json", "--resource", "x"}, "--resource applies to a plain object"},
+		"no file":                          {nil, "accepts 1 arg(s), received 0"},
+		"an unknown flag":                  {[]string{"x", "--bogus"}, "unknown flag: --bogus"},
+		"a policy whose Rego tests fail":   {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})}, "1 of 1 Rego tests failed: nodes_test.rego:3"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"eval", "--policy-dir", testPolicies, "--time", testTime}, tc.args...)
+			code, out, errOut := run(t, "", args...)
+			if code != ExitError {
+				t.Fatalf("exit code %d, want 2\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			if !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, errOut)
+			}
+			if out != "" {
+				t.Errorf("nothing should reach stdout on an error, got:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestEvalSkipRegoTestsLoadsASetWhoseTestsFail(t *testing.T) {
+	dir := copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})
+	code, out, errOut := run(t, "", "eval", "--policy-dir", dir, "--skip-rego-tests", "testdata/inputs/node-valid.yaml")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+}
+
+func TestEvalJSONAndYAMLCarryTheDecisionAndTheReview(t *testing.T) {
+	code, out, errOut := run(t, "", "eval", "--policy-dir", testPolicies, "--time", testTime, "-o", "json", "--show-patched", "testdata/inputs/node-invalid.yaml")
+	if code != ExitFailed {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		Allowed  bool `json:"allowed"`
+		Validate struct {
+			Code    int32    `json:"code"`
+			Reasons []string `json:"reasons"`
+			Role    string   `json:"role"`
+			Review  struct {
+				Response struct {
+					UID string `json:"uid"`
+				} `json:"response"`
+			} `json:"review"`
+		} `json:"validate"`
+		Mutate struct {
+			Patch []map[string]any `json:"patch"`
+		} `json:"mutate"`
+		PatchedObject map[string]any `json:"patchedObject"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if doc.Allowed || doc.Validate.Code != 403 || len(doc.Validate.Reasons) != 2 || doc.Validate.Role != "standard" || doc.Validate.Review.Response.UID != evalUID {
+		t.Errorf("unexpected validate answer: %+v", doc)
+	}
+	if len(doc.Mutate.Patch) != 1 || doc.PatchedObject == nil {
+		t.Errorf("want the patch and the patched object: %+v", doc)
+	}
+
+	code, yout, _ := run(t, "", "eval", "--policy-dir", testPolicies, "--time", testTime, "-o", "yaml", "testdata/inputs/node-invalid.yaml")
+	if code != ExitFailed {
+		t.Fatalf("exit %d", code)
+	}
+	js, err := yaml.YAMLToJSON([]byte(yout))
+	if err != nil {
+		t.Fatalf("not YAML: %v", err)
+	}
+	var again map[string]any
+	if err := json.Unmarshal(js, &again); err != nil || again["allowed"] != false {
+		t.Errorf("YAML output does not carry the decision: %v %v", err, again)
+	}
+}
+
+func TestEvalOverridesAReviewsFieldsWithFlags(t *testing.T) {
+	review := "../../test/testdata/review-valid.json"
+	code, out, _ := run(t, "", "eval", review, "-o", "json", "--webhook", "validate", "--user", "bob", "--group", "a", "--group", "b", "--namespace", "other", "--dry-run", "--role", "batch")
+	if code != ExitFailed {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	for _, want := range []string{`"role": "batch"`, `batch QuantumNodes must carry label priority=low`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

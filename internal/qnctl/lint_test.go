@@ -1,0 +1,123 @@
+package qnctl
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
+	cases := map[string]struct {
+		edits    map[string]string
+		wantCode int
+		want     []string
+	}{
+		"a clean directory": {
+			wantCode: ExitOK,
+			want:     []string{"ok (2 roles, 4 Rego files, 2 Rego tests)"},
+		},
+		"a Rego v0 rule and a syntax error in two files are both reported": {
+			edits: map[string]string{
+				"old.rego":    "package demo.old\n\ndeny[msg] {\n\tmsg := \"x\"\n}\n",
+				"broken.rego": "package demo.broken\n\nwarn contains msg if {\n",
+			},
+			wantCode: ExitFailed,
+			want: []string{
+				"old.rego:3:1: error: rego_parse_error: `if` keyword is required before rule body",
+				"hint: policies are Rego v1: write `deny contains msg if { ... }`",
+				"broken.rego:4:",
+				"3 errors, 0 warnings",
+			},
+		},
+		"a network built-in is refused with the flag that allows it": {
+			edits:    map[string]string{"net.rego": "package demo.net\n\ndeny contains msg if {\n\tr := http.send({\"method\": \"get\", \"url\": \"http://x\"})\n\tmsg := r.body\n}\n"},
+			wantCode: ExitFailed,
+			want:     []string{"net.rego:4:7: error: rego_type_error: undefined function http.send", "pass --allow-network-builtins"},
+		},
+		"an unsafe variable": {
+			edits:    map[string]string{"unsafe.rego": "package demo.unsafe\n\ndeny contains msg if {\n\tmsg := y\n}\n"},
+			wantCode: ExitFailed,
+			want:     []string{"unsafe.rego:4:", "rego_unsafe_var_error", "hint: bind the variable before using it"},
+		},
+		"a role table mistake names its line": {
+			edits:    map[string]string{"roles.yaml": "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE, PATCH]\n    packages: [demo.nodes]\n"},
+			wantCode: ExitFailed,
+			want:     []string{`roles.yaml:4: error: roles.standard.operations: "PATCH" is not an operation (use CREATE, UPDATE, DELETE, CONNECT)`},
+		},
+		"a package the role table lists but no file declares": {
+			edits:    map[string]string{"roles.yaml": "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes, demo.typo]\n"},
+			wantCode: ExitFailed,
+			want:     []string{`roles.yaml:5: error: roles.standard.packages: package "demo.typo" is not declared by any .rego file`, "known packages: demo.label, demo.nodes"},
+		},
+		"a listed package with no deny, warn or patch is a warning": {
+			edits: map[string]string{
+				"roles.yaml":   "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes, demo.helpers]\n",
+				"helpers.rego": "package demo.helpers\n\nok := true\n",
+			},
+			wantCode: ExitOK,
+			want:     []string{`roles.yaml:5: warning: roles.standard.packages: package "demo.helpers" has no deny, warn or patch rule`, "ok with 1 warnings"},
+		},
+		"a missing role table": {
+			edits:    map[string]string{"roles.yaml": ""},
+			wantCode: ExitFailed,
+			want:     []string{"roles.yaml: error: missing: a policy directory needs a role table"},
+		},
+		"broken data and a reserved key": {
+			edits:    map[string]string{"data.yaml": "zones: [a\n", "data.json": "{\"roles\": {}}"},
+			wantCode: ExitFailed,
+			want:     []string{"data.json:1: error: top-level key \"roles\" is reserved for role parameters", "data.yaml:"},
+		},
+		"a failing Rego test is a problem at its line": {
+			edits:    map[string]string{"x_test.rego": "package demo.x_test\n\ntest_nope if false\n"},
+			wantCode: ExitFailed,
+			want:     []string{"x_test.rego:3: error: demo.x_test.test_nope: test rule evaluated to false or undefined", "qn-webhook refuses a set whose Rego tests fail"},
+		},
+		"a misnamed file is a warning": {
+			edits:    map[string]string{"data.yml": "a: 1\n"},
+			wantCode: ExitOK,
+			want:     []string{"data.yml: warning: this file is not read", "hint: rename it to data.yaml"},
+		},
+		"a broken fixture file": {
+			edits:    map[string]string{"fixtures/bad.yaml": "cases:\n- name: x\n  objet: {}\n  expect: {allowed: true}\n"},
+			wantCode: ExitFailed,
+			want:     []string{"fixtures/bad.yaml:3: error: field objet not found"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := copyDir(t, testPolicies, tc.edits)
+			code, out, errOut := run(t, "", "lint", dir)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\n%s%s", code, tc.wantCode, out, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestLintJSONAndUnreadableDirectory(t *testing.T) {
+	dir := copyDir(t, testPolicies, map[string]string{"unsafe.rego": "package demo.unsafe\n\ndeny contains msg if {\n\tmsg := y\n}\n"})
+	code, out, _ := run(t, "", "lint", dir, "-o", "json")
+	if code != ExitFailed {
+		t.Fatalf("exit %d", code)
+	}
+	var r lintReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Problems) == 0 || r.Problems[0].File != "unsafe.rego" || r.Problems[0].Line != 4 || r.Problems[0].Hint == "" {
+		t.Errorf("problems %+v", r.Problems)
+	}
+
+	code, _, errOut := run(t, "", "lint", "testdata/nope")
+	if code != ExitError || !strings.Contains(errOut, "policy directory testdata/nope: no such file or directory") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	if code, out, _ := run(t, "", "lint"); code != ExitOK || !strings.Contains(out, "bundled: ok") {
+		t.Errorf("lint of the bundled policies: exit %d\n%s", code, out)
+	}
+}
