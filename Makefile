@@ -15,8 +15,13 @@ run-controller:
 	$(GO) run ./cmd/qn-controller
 
 ## test: every test: gofmt, vet, unit tests, then end-to-end tests against a real kube-apiserver
-test: fmt-check vet
+test: fmt-check vet policy-test
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -race -count=1 -timeout 25m ./...
+
+## policy-test: the bundled policies' Rego unit tests and fixture cases, run by qnctl as a policy author would
+.PHONY: policy-test
+policy-test:
+	$(GO) run ./cmd/qnctl test rego/bundle --fixtures test/fixtures/bundled
 
 ## chart: refresh the chart's copies of the CRD and bundled policies, then render, lint and dry-run it
 chart:
