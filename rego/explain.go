@@ -17,6 +17,7 @@ type Firing struct {
 	Package string
 	// Rule is the rule's name ("deny", "violation", "judged").
 	Rule string
+	// File and Line locate the rule's head in its module.
 	File string
 	Line int
 	// Entry is true for a rule that contributes one entry to a set

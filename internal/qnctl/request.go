@@ -66,6 +66,9 @@ func readDocument(name string, stdin io.Reader) (document, error) {
 	var src []byte
 	var err error
 	if name == "-" {
+		if stdin == nil {
+			return document{}, fmt.Errorf("stdin (-) is not available here; name a file")
+		}
 		src, err = io.ReadAll(stdin)
 		name = "stdin"
 	} else {

@@ -29,16 +29,21 @@ const (
 
 // Streams are the standard streams a command reads and writes.
 type Streams struct {
-	In  io.Reader
+	// In is read by "-" (eval's input from stdin).
+	In io.Reader
+	// Out receives reports and answers.
 	Out io.Writer
+	// Err receives errors and usage hints.
 	Err io.Writer
 }
 
 // Options apply to every command that loads policies; they mirror the
 // qn-webhook flags of the same name so a set loads the same way.
 type Options struct {
+	// AllowNetworkBuiltins keeps http.send and friends available to Rego.
 	AllowNetworkBuiltins bool
-	PolicyEvalTimeout    time.Duration
+	// PolicyEvalTimeout bounds one policy evaluation.
+	PolicyEvalTimeout time.Duration
 }
 
 // exitError carries an exit code out of a command whose report is already
