@@ -268,7 +268,12 @@ func TestFileSourceKeepsTheLastGoodPairThroughABrokenRotation(t *testing.T) {
 			startSource(t, src)
 
 			tc.breakIt(t, certFile, keyFile, next)
-			waitFor(t, "Healthy to report the broken rotation", func() bool { return src.Healthy() != nil })
+			// An in-place rewrite truncates before it writes, so the watcher
+			// may first see an empty file; wait for the final state.
+			waitFor(t, "Healthy to report the broken rotation", func() bool {
+				err := src.Healthy()
+				return err != nil && strings.Contains(err.Error(), tc.want)
+			})
 			err := src.Healthy()
 			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "still serving the previous certificate") {
 				t.Errorf("Healthy = %q, want it to say %q and that the previous certificate is still served", err, tc.want)
