@@ -53,18 +53,25 @@ func (e *Engine) Current() *Set { return e.current.Load() }
 // policies admit) one slot of the role's rate window. Warnings reach the
 // user; nothing is patched.
 func (e *Engine) Validate(ctx context.Context, in *Input) Decision {
+	return e.decide(ctx, in, e.validate)
+}
+
+// decide is what both paths share: one policy set for the whole decision,
+// exempt requests admitted unjudged, the revision stamped on the answer.
+func (e *Engine) decide(ctx context.Context, in *Input, judge func(context.Context, *Set, *Input) Decision) Decision {
 	set := e.current.Load()
-	d := e.validate(ctx, set, in)
+	var d Decision
+	if why, ok := set.Roles.Exemptions.match(in.Context); ok {
+		d = Allow()
+		d.Exempt = why
+	} else {
+		d = judge(ctx, set, in)
+	}
 	d.Revision = set.Revision
 	return d
 }
 
 func (e *Engine) validate(ctx context.Context, set *Set, in *Input) Decision {
-	if why, ok := set.Roles.Exemptions.match(in.Context); ok {
-		d := Allow()
-		d.Exempt = why
-		return d
-	}
 	name, role, refusal, ok := resolveRole(set, in)
 	if !ok {
 		return refusal
@@ -181,18 +188,10 @@ func (j *judgement) failed(err error) Decision {
 // object); an unknown role or operation passes through unpatched for the
 // validating webhook to refuse. A dryrun role proposes no patch.
 func (e *Engine) Mutate(ctx context.Context, in *Input) Decision {
-	set := e.current.Load()
-	d := e.mutate(ctx, set, in)
-	d.Revision = set.Revision
-	return d
+	return e.decide(ctx, in, e.mutate)
 }
 
 func (e *Engine) mutate(ctx context.Context, set *Set, in *Input) Decision {
-	if why, ok := set.Roles.Exemptions.match(in.Context); ok {
-		d := Allow()
-		d.Exempt = why
-		return d
-	}
 	name, role, _, ok := resolveRole(set, in)
 	if !ok || !role.Allows(in.Context.Operation) {
 		d := Allow()

@@ -208,36 +208,36 @@ func Register(ctx context.Context, kube kubernetes.Interface, r Registration) er
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule:       rules[0].Rule,
 	}}
-	if err := upsertValidating(ctx, kube, validating); err != nil {
+	if err := upsert(ctx, kube.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validating); err != nil {
 		return err
 	}
-	return upsertMutating(ctx, kube, mutating)
+	return upsert(ctx, kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutating)
 }
 
-func upsertValidating(ctx context.Context, kube kubernetes.Interface, cfg *admissionregistrationv1.ValidatingWebhookConfiguration) error {
-	api := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	existing, err := api.Get(ctx, cfg.Name, metav1.GetOptions{})
+// webhookConfig is what upsert needs of either configuration kind.
+type webhookConfig interface {
+	GetName() string
+	GetResourceVersion() string
+	SetResourceVersion(string)
+}
+
+// configAPI is the client of one configuration kind.
+type configAPI[T webhookConfig] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// upsert creates cfg, or replaces the existing object of its name.
+func upsert[T webhookConfig](ctx context.Context, api configAPI[T], cfg T) error {
+	existing, err := api.Get(ctx, cfg.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = api.Create(ctx, cfg, metav1.CreateOptions{})
 		return err
 	} else if err != nil {
 		return err
 	}
-	cfg.ResourceVersion = existing.ResourceVersion
-	_, err = api.Update(ctx, cfg, metav1.UpdateOptions{})
-	return err
-}
-
-func upsertMutating(ctx context.Context, kube kubernetes.Interface, cfg *admissionregistrationv1.MutatingWebhookConfiguration) error {
-	api := kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	existing, err := api.Get(ctx, cfg.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = api.Create(ctx, cfg, metav1.CreateOptions{})
-		return err
-	} else if err != nil {
-		return err
-	}
-	cfg.ResourceVersion = existing.ResourceVersion
+	cfg.SetResourceVersion(existing.GetResourceVersion())
 	_, err = api.Update(ctx, cfg, metav1.UpdateOptions{})
 	return err
 }
