@@ -23,6 +23,14 @@ test: fmt-check vet policy-test
 policy-test:
 	$(GO) run ./cmd/qnctl test rego/bundle --fixtures test/fixtures/bundled
 
+## bench: in-process benchmarks, then qn-webhook vs OPA vs a bare-TLS ceiling over HTTPS; rewrites the load section of docs/benchmarks.md
+.PHONY: bench
+bench:
+	@mkdir -p $(BIN)
+	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 2s -count 3 ./policies/ ./policies/window/ ./webhook/ | tee $(BIN)/bench-inprocess.txt
+	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 1s -count 3 ./test/load/ | tee -a $(BIN)/bench-inprocess.txt
+	$(GO) run ./test/load/cmd/qnload --inprocess $(BIN)/bench-inprocess.txt --doc docs/benchmarks.md
+
 ## chart: refresh the chart's copies of the CRD and bundled policies, then render, lint and dry-run it
 chart:
 	$(GO) generate ./test/chart/

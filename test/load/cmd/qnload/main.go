@@ -1,0 +1,276 @@
+// Command qnload runs the load comparison: qn-webhook (with the bundled
+// policies, and with 1,000 extra policies), the OPA server with the same
+// rules, and the bare-TLS ceiling, in alternating slices on this machine.
+// It prints the generated Markdown section and, with --doc, rewrites that
+// section of docs/benchmarks.md. `make bench` runs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/quantumnode/qn-admission/test/load"
+)
+
+type options struct {
+	slices          int
+	slice, warmup   time.Duration
+	concurrency     int
+	rate            float64
+	openInFlight    int
+	users           int
+	extraPolicies   int
+	scenarios       string
+	doc             string
+	inProcess       string
+	cpuProfile      string
+	profileDuration time.Duration
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.slices, "slices", 5, "Measured slices per target per scenario.")
+	flag.DurationVar(&o.slice, "slice", 4*time.Second, "Length of one slice.")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "Unmeasured warm-up per target per scenario.")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "Requests in flight in the closed loops.")
+	flag.Float64Var(&o.rate, "rate", 2000, "Arrivals per second in the open loop.")
+	flag.IntVar(&o.openInFlight, "open-max-in-flight", 64, "Most requests in flight in the open loop.")
+	flag.IntVar(&o.users, "users", load.DefaultUsers, "Size of the user pool requests rotate through.")
+	flag.IntVar(&o.extraPolicies, "extra-policies", 1000, "Roles with their own policy for the second qn-webhook (0: leave it out).")
+	flag.StringVar(&o.scenarios, "scenarios", "closed-validate,closed-mutate,open-validate", "Scenarios to run, in order.")
+	flag.StringVar(&o.doc, "doc", "", "Rewrite the generated load section of this Markdown file (e.g. docs/benchmarks.md).")
+	flag.StringVar(&o.inProcess, "inprocess", "", "`go test -bench` output to include as the in-process table.")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
+	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "qnload: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	root := load.ModuleRoot()
+	fixtures, err := load.LoadFixtures(load.DefaultFixtureDir(root))
+	if err != nil {
+		return err
+	}
+	var inProcess []load.Benchmark
+	if o.inProcess != "" {
+		f, err := os.Open(o.inProcess)
+		if err != nil {
+			return err
+		}
+		inProcess, err = load.ParseBenchmarks(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	work, err := os.MkdirTemp("", "qnload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	logf("building qn-webhook, the ceiling and opa")
+	webhookBin, err := load.BuildWebhook(ctx, work)
+	if err != nil {
+		return err
+	}
+	ceilingBin, err := load.BuildCeiling(ctx, work)
+	if err != nil {
+		return err
+	}
+	opaBin, opaVersion, err := load.EnsureOPA(ctx)
+	if err != nil {
+		return err
+	}
+	machine := load.DescribeMachine(opaVersion)
+
+	servers := map[string]*load.Server{}
+	defer func() {
+		for name, s := range servers {
+			if err := s.Stop(); err != nil {
+				logf("stop %s: %v", name, err)
+			}
+		}
+	}()
+	start := func(name string, f func() (*load.Server, error)) error {
+		s, err := f()
+		if err != nil {
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		servers[name] = s
+		logf("%s: pid %d at %s", name, s.PID, s.BaseURL)
+		return nil
+	}
+	if err := start(load.NameWebhook, func() (*load.Server, error) {
+		return load.StartWebhook(load.NameWebhook, webhookBin, filepath.Join(work, "qn-certs"))
+	}); err != nil {
+		return err
+	}
+	if o.extraPolicies > 0 {
+		dir := filepath.Join(work, "policies-extra")
+		if err := load.WriteExtraPolicies(dir, o.extraPolicies); err != nil {
+			return err
+		}
+		if err := start(load.NameWebhookExtra, func() (*load.Server, error) {
+			// A long poll interval: the measurement is of decisions, not of
+			// re-hashing 1,000 files every 10 seconds.
+			return load.StartWebhook(load.NameWebhookExtra, webhookBin, filepath.Join(work, "qn-extra-certs"),
+				"--policy-dir", dir, "--policy-poll-interval", "1h")
+		}); err != nil {
+			return err
+		}
+	}
+	if err := start(load.NameOPA, func() (*load.Server, error) { return load.StartOPA(opaBin, filepath.Join(work, "opa-certs")) }); err != nil {
+		return err
+	}
+	if err := start(load.NameCeiling, func() (*load.Server, error) {
+		return load.StartCeiling(ceilingBin, filepath.Join(work, "ceiling-certs"))
+	}); err != nil {
+		return err
+	}
+
+	scenarios, err := pickScenarios(o, servers)
+	if err != nil {
+		return err
+	}
+	suite := &load.Suite{Servers: servers, Fixtures: fixtures, Slices: o.slices, Warmup: o.warmup, Log: os.Stderr}
+	report := &load.Report{Machine: machine, Started: time.Now(), Slices: o.slices, SliceTime: o.slice, Users: o.users, InProcess: inProcess}
+	logf("load average before: %s", machine.LoadBefore)
+	results, err := suite.Run(ctx, scenarios)
+	if err != nil {
+		return err
+	}
+	report.Scenarios = results
+	report.Finished = time.Now()
+	report.Machine.LoadAfter = load.LoadAverage()
+	for name, s := range servers {
+		if err := s.Stop(); err != nil {
+			logf("stop %s: %v\n%s", name, err, s.Logs())
+		}
+		delete(servers, name)
+	}
+
+	section := report.Markdown()
+	fmt.Print(section)
+	if o.doc != "" {
+		old, err := os.ReadFile(o.doc)
+		if err != nil {
+			return err
+		}
+		doc, err := load.RewriteSection(string(old), section)
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.doc, err)
+		}
+		if err := os.WriteFile(o.doc, []byte(doc), 0o644); err != nil {
+			return err
+		}
+		logf("rewrote the load section of %s", o.doc)
+	}
+	if o.cpuProfile != "" {
+		return profile(ctx, o, work, fixtures)
+	}
+	return nil
+}
+
+func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario, error) {
+	validateTargets := []string{load.NameWebhook}
+	if _, ok := servers[load.NameWebhookExtra]; ok {
+		validateTargets = append(validateTargets, load.NameWebhookExtra)
+	}
+	validateTargets = append(validateTargets, load.NameOPA, load.NameCeiling)
+	three := []string{load.NameWebhook, load.NameOPA, load.NameCeiling}
+	all := map[string]load.Scenario{
+		load.ScenarioClosedValidate: {
+			Name: load.ScenarioClosedValidate, Title: fmt.Sprintf("Closed loop, /validate, %d in flight", o.concurrency),
+			Load: load.Load{Concurrency: o.concurrency, Duration: o.slice}, Targets: validateTargets,
+		},
+		load.ScenarioClosedMutate: {
+			Name: load.ScenarioClosedMutate, Title: fmt.Sprintf("Closed loop, /mutate, %d in flight", o.concurrency), Mutating: true,
+			Load: load.Load{Concurrency: o.concurrency, Duration: o.slice}, Targets: three,
+		},
+		load.ScenarioOpenValidate: {
+			Name: load.ScenarioOpenValidate, Title: fmt.Sprintf("Open loop, /validate, %.0f requests per second", o.rate),
+			Load: load.Load{Concurrency: o.openInFlight, Rate: o.rate, Duration: o.slice}, Targets: three,
+		},
+	}
+	var out []load.Scenario
+	for name := range strings.SplitSeq(o.scenarios, ",") {
+		sc, ok := all[strings.TrimSpace(name)]
+		if !ok {
+			return nil, fmt.Errorf("unknown scenario %q (known: closed-validate, closed-mutate, open-validate)", name)
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+// profile runs qn-webhook with a pprof listener under the closed validate
+// loop and saves a CPU profile of it.
+func profile(ctx context.Context, o options, work string, fixtures []*load.Fixture) error {
+	bin, err := load.BuildProfilingWebhook(ctx, work)
+	if err != nil {
+		return err
+	}
+	srv, err := load.StartWebhook(load.NameWebhook, bin, filepath.Join(work, "qnprof-certs"))
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	pprofAddr := srv.LogField("serving pprof", "pprofAddress")
+	if pprofAddr == "" {
+		return fmt.Errorf("qnprof did not say where pprof listens:\n%s", srv.Logs())
+	}
+	client := load.NewClient(srv.Target, o.concurrency)
+	defer client.Close()
+	ld := load.Load{Calls: load.Mix(fixtures, false), Concurrency: o.concurrency, Duration: o.profileDuration + 2*time.Second}
+	done := make(chan error, 1)
+	go func() {
+		r, err := client.Run(ctx, ld)
+		if err == nil && r.Errors > 0 {
+			err = fmt.Errorf("%d wrong answers while profiling, e.g. %v", r.Errors, r.FirstErrors)
+		}
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(o.profileDuration.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	logf("CPU profile of qn-webhook under the closed validate loop: %s (go tool pprof -top %s)", o.cpuProfile, o.cpuProfile)
+	return nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "qnload: "+format+"\n", args...)
+}

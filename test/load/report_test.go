@@ -1,0 +1,160 @@
+package load
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRewriteSectionReplacesOnlyTheGeneratedPart(t *testing.T) {
+	section := BeginMarker + "\nnew figures\n" + EndMarker + "\n"
+	cases := map[string]struct {
+		doc, want, err string
+	}{
+		"a doc without the section gets it appended": {
+			doc:  "# Benchmarks\n\nhand-written\n",
+			want: "# Benchmarks\n\nhand-written\n\n" + section,
+		},
+		"the section is replaced and the text around it kept": {
+			doc:  "# Benchmarks\n\nbefore\n\n" + BeginMarker + "\nold figures\n" + EndMarker + "\n\nafter\n",
+			want: "# Benchmarks\n\nbefore\n\n" + section + "\nafter\n",
+		},
+		"an end marker without a begin marker is refused": {
+			doc: "x\n" + EndMarker + "\n",
+			err: "markers are broken",
+		},
+		"markers in the wrong order are refused": {
+			doc: EndMarker + "\n" + BeginMarker + "\n",
+			err: "markers are broken",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := RewriteSection(tc.doc, section)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("got\n%s\nwant\n%s", got, tc.want)
+			}
+			again, err := RewriteSection(got, section)
+			if err != nil || again != got {
+				t.Fatalf("rewriting twice changed the doc:\n%s", again)
+			}
+		})
+	}
+}
+
+func TestParseBenchmarksTakesTheMedianOfEachBenchmark(t *testing.T) {
+	out := `goos: linux
+pkg: github.com/quantumnode/qn-admission/webhook
+BenchmarkValidateRealtime-2   	   10000	    205000 ns/op	   56000 B/op	    1075 allocs/op
+BenchmarkValidateRealtime-2   	   10000	    199000 ns/op	   56100 B/op	    1074 allocs/op
+BenchmarkValidateRealtime-2   	   10000	    300000 ns/op	   56200 B/op	    1076 allocs/op
+PASS
+pkg: github.com/quantumnode/qn-admission/policies/window
+BenchmarkTake-2   	 1000000	       172.5 ns/op
+ok  	github.com/quantumnode/qn-admission/policies/window	3.1s
+`
+	got, err := ParseBenchmarks(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("got %d benchmarks: %+v", len(got), got)
+	}
+	v := got[0]
+	if v.Package != "webhook" || v.Name != "ValidateRealtime" || v.NsPerOp != 205000 || v.BytesPerOp != 56100 || v.AllocsPerOp != 1075 {
+		t.Errorf("first: %+v", v)
+	}
+	w := got[1]
+	if w.Package != "policies/window" || w.Name != "Take" || w.NsPerOp != 172.5 || w.BytesPerOp != -1 || w.AllocsPerOp != -1 {
+		t.Errorf("second: %+v", w)
+	}
+}
+
+// slicesOf makes n slices of a target that answered perSlice requests in
+// one second each, spending cpu per request.
+func slicesOf(n, perSlice int, cpu time.Duration, rss uint64, p99 time.Duration) []Slice {
+	var out []Slice
+	for range n {
+		lat := make([]time.Duration, 1000)
+		for i := range lat {
+			lat[i] = time.Millisecond
+		}
+		lat[len(lat)-11] = p99
+		for i := len(lat) - 10; i < len(lat); i++ {
+			lat[i] = p99
+		}
+		out = append(out, Slice{
+			Result: &Result{Requests: perSlice, Elapsed: time.Second, Latencies: lat},
+			Server: ServerUsage{CPU: cpu * time.Duration(perSlice), MaxRSS: rss},
+		})
+	}
+	return out
+}
+
+func TestGoalsJudgeTheIssueTargets(t *testing.T) {
+	r := &Report{Scenarios: []ScenarioResult{
+		{Scenario: Scenario{Name: ScenarioClosedValidate}, Slices: map[string][]Slice{
+			NameWebhook:      slicesOf(3, 6000, 100*time.Microsecond, 40<<20, time.Millisecond),
+			NameWebhookExtra: slicesOf(3, 5000, 100*time.Microsecond, 200<<20, time.Millisecond),
+			NameOPA:          slicesOf(3, 1500, 300*time.Microsecond, 50<<20, time.Millisecond),
+			NameCeiling:      slicesOf(3, 10000, 60*time.Microsecond, 17<<20, time.Millisecond),
+		}},
+		{Scenario: Scenario{Name: ScenarioOpenValidate, Load: Load{Rate: 2000}}, Slices: map[string][]Slice{
+			NameWebhook: slicesOf(3, 2000, 100*time.Microsecond, 40<<20, 4*time.Millisecond),
+		}},
+	}}
+	want := map[string]string{
+		"server CPU per validate request":                          "met 100 µs",
+		"… better than OPA's (OPA ÷ qn-webhook)":                   "met 3.00×",
+		"… within 2× of the ceiling's (qn-webhook ÷ ceiling)":      "met 1.67×",
+		"closed-loop throughput vs OPA (qn-webhook ÷ OPA)":         "met 4.00×",
+		"closed-loop throughput vs the ceiling":                    "met 60 %",
+		"throughput with 1,000 policies of other roles vs without": "missed 83 %",
+		"open loop 2000 req/s: p99":                                "missed 4.00 ms",
+		"open loop 2000 req/s: p99.9":                              "met 4.00 ms",
+		"open loop 2000 req/s: errors":                             "met 0 of 6000",
+		"RSS under load, bundled policies":                         "met 40.0 MiB",
+		"RSS under load, 1,000 extra policies":                     "missed 200.0 MiB",
+	}
+	goals := r.Goals()
+	if len(goals) != len(want) {
+		t.Errorf("%d goals, want %d", len(goals), len(want))
+	}
+	for _, g := range goals {
+		verdict := "n/a"
+		if g.Met != nil {
+			verdict = map[bool]string{true: "met", false: "missed"}[*g.Met]
+		}
+		if got := verdict + " " + g.Measured; got != want[g.What] {
+			t.Errorf("%s: %s, want %s", g.What, got, want[g.What])
+		}
+	}
+	md := r.Markdown()
+	if !strings.HasPrefix(md, BeginMarker+"\n") || !strings.HasSuffix(md, EndMarker+"\n") {
+		t.Error("the section is not between its markers")
+	}
+	if !strings.Contains(md, "| throughput with 1,000 policies of other roles vs without | ≥ 90 % | 83 % | **missed** |") {
+		t.Errorf("the goals table lacks a missed goal:\n%s", md)
+	}
+}
+
+func TestMedianOfEvenAndOddCounts(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median of 3,1,2 = %v", m)
+	}
+	if m := median([]time.Duration{4, 1, 3, 2}); m != 2 {
+		t.Errorf("median of 4,1,3,2 = %v (integer midpoint of 2 and 3)", m)
+	}
+	if m := median[int](nil); m != 0 {
+		t.Errorf("median of nothing = %v", m)
+	}
+}
