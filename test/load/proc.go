@@ -141,6 +141,10 @@ func (s *Sampler) Stop() (ServerUsage, error) {
 // /proc/stat (all cores), to tell how busy other processes kept it.
 type MachineCPU struct {
 	Busy, Total time.Duration
+	// Nice is the part of Busy spent in processes with a positive nice
+	// value (background builds): they yield to the servers and the load
+	// generator, which run at nice 0.
+	Nice time.Duration
 }
 
 // ReadMachineCPU reads the first line of /proc/stat.
@@ -154,7 +158,7 @@ func ReadMachineCPU() (MachineCPU, error) {
 	if len(fields) < 5 || fields[0] != "cpu" {
 		return MachineCPU{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
-	var total, idle int64
+	var total, idle, nice int64
 	// user nice system idle iowait irq softirq steal (guest time is
 	// already inside user and nice).
 	for i, f := range fields[1:min(len(fields), 9)] {
@@ -163,10 +167,13 @@ func ReadMachineCPU() (MachineCPU, error) {
 			return MachineCPU{}, fmt.Errorf("/proc/stat: %q: %v", f, err)
 		}
 		total += n
-		if i == 3 || i == 4 {
+		switch i {
+		case 1:
+			nice = n
+		case 3, 4:
 			idle += n
 		}
 	}
 	tick := time.Second / time.Duration(clockTicks())
-	return MachineCPU{Busy: time.Duration(total-idle) * tick, Total: time.Duration(total) * tick}, nil
+	return MachineCPU{Busy: time.Duration(total-idle) * tick, Total: time.Duration(total) * tick, Nice: time.Duration(nice) * tick}, nil
 }

@@ -188,8 +188,8 @@ func (r *Report) Markdown() string {
 	b.WriteString("## Over HTTPS, side by side with OPA and a bare-TLS ceiling\n\n")
 	fmt.Fprintf(&b, "Run %s (%s) on %d × `%s`, %.0f GiB, Linux %s, %s, OPA %s (the `opa` command built from the module go.mod pins). Client and servers share the machine.\n\n",
 		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Finished.Sub(r.Started).Round(time.Second), m.Cores, m.CPU, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.GoVersion, m.OPAVersion)
-	fmt.Fprintf(&b, "**How busy the machine was:** load average %s before and %s after (1/5/15 min); other processes (neither the servers nor the load generator) used a median %.0f %% of the machine's CPU during slices (largest slice: %.0f %%). ",
-		m.LoadBefore, m.LoadAfter, 100*r.otherShare(false), 100*r.otherShare(true))
+	fmt.Fprintf(&b, "**How busy the machine was:** load average %s before and %s after (1/5/15 min); other processes (neither the servers nor the load generator) used a median %.0f %% of the machine's CPU during slices (largest slice: %.0f %%), %.0f %% of it at a positive nice value (background builds, which yield to the run). ",
+		m.LoadBefore, m.LoadAfter, 100*r.otherShare(false), 100*r.otherShare(true), 100*r.niceShareOfOther())
 	b.WriteString("Figures taken on a shared machine move with its load; ratios between targets, measured in the same rounds, move much less.\n\n")
 	fmt.Fprintf(&b, "**Method:** every target gets %d slices of %s per scenario after a warm-up slice, alternating A, B, C, A, B, C …; tables show medians over slices; ratios are medians of per-round ratios. "+
 		"Each request carries a fresh `request.uid` and one of %d users in turn (rate windows are per user, so no run measures 429s). Every answer is checked: HTTP 200, an admission.k8s.io/v1 AdmissionReview echoing the uid, a patch only with `patchType: JSONPatch` and only on /mutate, and for qn-webhook and OPA the fixture's expected decision and a patch that sets the managed-by label. "+
@@ -259,6 +259,22 @@ func (r *Report) otherShare(largest bool) float64 {
 		return extreme(xs, true)
 	}
 	return median(xs)
+}
+
+func (r *Report) niceShareOfOther() float64 {
+	var other, nice time.Duration
+	for _, sc := range r.Scenarios {
+		for _, ss := range sc.Slices {
+			for _, sl := range ss {
+				other += sl.OtherCPU
+				nice += sl.OtherNiceCPU
+			}
+		}
+	}
+	if other == 0 {
+		return 0
+	}
+	return float64(nice) / float64(other)
 }
 
 func (r *Report) fixtureList() string {

@@ -142,12 +142,18 @@ func EnsureOPA(ctx context.Context) (bin, version string, err error) {
 // built and written; a file keeps stdout quiet under load), plus extra
 // flags.
 func StartWebhook(name, bin, certDir string, extra ...string) (*Server, error) {
+	return StartWebhookWithEnv(name, bin, certDir, nil, extra...)
+}
+
+// StartWebhookWithEnv is StartWebhook with extra environment variables
+// (e.g. GOGC=400), for comparing runtime settings.
+func StartWebhookWithEnv(name, bin, certDir string, env []string, extra ...string) (*Server, error) {
 	args := append([]string{
 		"--tls-self-signed", "--tls-self-signed-dir", certDir,
 		"--listen-address", "127.0.0.1:0", "--probe-address", "127.0.0.1:0",
 		"--log-format", "json", "--decision-log", os.DevNull,
 	}, extra...)
-	p, addr, err := startServing(bin, args)
+	p, addr, err := startServing(bin, args, env)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +171,7 @@ func StartWebhook(name, bin, certDir string, extra ...string) (*Server, error) {
 // StartCeiling runs the bare-TLS ceiling server with a certificate in
 // certDir.
 func StartCeiling(bin, certDir string) (*Server, error) {
-	p, addr, err := startServing(bin, []string{"--listen-address", "127.0.0.1:0", "--tls-dir", certDir})
+	p, addr, err := startServing(bin, []string{"--listen-address", "127.0.0.1:0", "--tls-dir", certDir}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +214,7 @@ func StartOPA(bin, certDir string) (*Server, error) {
 		"--config-file", filepath.Join(dir, "config.yaml"),
 		"--disable-telemetry", "--log-level", "error",
 		filepath.Join(dir, "policy"),
-	}, nil)
+	}, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -300,9 +306,9 @@ func freePort() (string, error) {
 // startServing starts bin and waits for its JSON log line
 // {"msg":"serving admission webhooks","address":...} (qn-webhook's, which
 // the ceiling copies).
-func startServing(bin string, args []string) (*process, string, error) {
+func startServing(bin string, args, env []string) (*process, string, error) {
 	serving := make(chan string, 1)
-	p, err := startProcess(bin, args, func(line []byte) {
+	p, err := startProcess(bin, args, env, func(line []byte) {
 		var entry struct {
 			Msg     string `json:"msg"`
 			Address string `json:"address"`
@@ -338,8 +344,11 @@ type process struct {
 
 const logTail = 64 << 10
 
-func startProcess(bin string, args []string, onLine func([]byte)) (*process, error) {
+func startProcess(bin string, args, env []string, onLine func([]byte)) (*process, error) {
 	p := &process{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

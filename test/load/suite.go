@@ -27,8 +27,10 @@ type Slice struct {
 	Result *Result
 	Server ServerUsage
 	// OtherCPU is CPU time the rest of the machine (neither the servers
-	// nor this process) used during the slice, all cores.
-	OtherCPU time.Duration
+	// nor this process) used during the slice, all cores; OtherNiceCPU is
+	// the part of it at a positive nice value, which yields to the run.
+	OtherCPU     time.Duration
+	OtherNiceCPU time.Duration
 	// WallCPU is the machine's CPU capacity during the slice (wall time ×
 	// cores), to put OtherCPU in proportion.
 	WallCPU time.Duration
@@ -174,7 +176,7 @@ func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (S
 	}
 	cores := time.Duration(numCPU())
 	other := (m1.Busy - m0.Busy) - usage.CPU - r.ClientCPU
-	return Slice{Result: r, Server: usage, OtherCPU: max(other, 0), WallCPU: wall * cores}, nil
+	return Slice{Result: r, Server: usage, OtherCPU: max(other, 0), OtherNiceCPU: min(m1.Nice-m0.Nice, max(other, 0)), WallCPU: wall * cores}, nil
 }
 
 // Medians of a target's slices.

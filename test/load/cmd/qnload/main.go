@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +27,7 @@ type options struct {
 	slice, warmup   time.Duration
 	concurrency     int
 	rate            float64
+	extraRates      string
 	openInFlight    int
 	users           int
 	extraPolicies   int
@@ -33,6 +35,7 @@ type options struct {
 	doc             string
 	inProcess       string
 	cpuProfile      string
+	gogcVariant     string
 	profileDuration time.Duration
 }
 
@@ -43,12 +46,14 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "Unmeasured warm-up per target per scenario.")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "Requests in flight in the closed loops.")
 	flag.Float64Var(&o.rate, "rate", 2000, "Arrivals per second in the open loop.")
+	flag.StringVar(&o.extraRates, "extra-rates", "1000", "More open-loop rates to measure after the main one (comma-separated; empty: none), to find where latency holds.")
 	flag.IntVar(&o.openInFlight, "open-max-in-flight", 64, "Most requests in flight in the open loop.")
 	flag.IntVar(&o.users, "users", load.DefaultUsers, "Size of the user pool requests rotate through.")
 	flag.IntVar(&o.extraPolicies, "extra-policies", 1000, "Roles with their own policy for the second qn-webhook (0: leave it out).")
 	flag.StringVar(&o.scenarios, "scenarios", "closed-validate,closed-mutate,open-validate", "Scenarios to run, in order.")
 	flag.StringVar(&o.doc, "doc", "", "Rewrite the generated load section of this Markdown file (e.g. docs/benchmarks.md).")
 	flag.StringVar(&o.inProcess, "inprocess", "", "`go test -bench` output to include as the in-process table.")
+	flag.StringVar(&o.gogcVariant, "gogc-variant", "400", "Also measure qn-webhook run with this GOGC (e.g. 400) in the closed validate loop.")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
 	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
 	flag.Parse()
@@ -136,6 +141,14 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	if o.gogcVariant != "" {
+		name := gogcName(o.gogcVariant)
+		if err := start(name, func() (*load.Server, error) {
+			return load.StartWebhookWithEnv(name, webhookBin, filepath.Join(work, "qn-gogc-certs"), []string{"GOGC=" + o.gogcVariant})
+		}); err != nil {
+			return err
+		}
+	}
 	if err := start(load.NameOPA, func() (*load.Server, error) { return load.StartOPA(opaBin, filepath.Join(work, "opa-certs")) }); err != nil {
 		return err
 	}
@@ -193,6 +206,9 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 	if _, ok := servers[load.NameWebhookExtra]; ok {
 		validateTargets = append(validateTargets, load.NameWebhookExtra)
 	}
+	if o.gogcVariant != "" {
+		validateTargets = append(validateTargets, gogcName(o.gogcVariant))
+	}
 	validateTargets = append(validateTargets, load.NameOPA, load.NameCeiling)
 	three := []string{load.NameWebhook, load.NameOPA, load.NameCeiling}
 	all := map[string]load.Scenario{
@@ -216,6 +232,20 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 			return nil, fmt.Errorf("unknown scenario %q (known: closed-validate, closed-mutate, open-validate)", name)
 		}
 		out = append(out, sc)
+		if sc.Name != load.ScenarioOpenValidate || o.extraRates == "" {
+			continue
+		}
+		for r := range strings.SplitSeq(o.extraRates, ",") {
+			rate, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+			if err != nil || rate <= 0 {
+				return nil, fmt.Errorf("--extra-rates: %q is not a positive rate", r)
+			}
+			extra := sc
+			extra.Name = fmt.Sprintf("%s@%.0f", sc.Name, rate)
+			extra.Title = fmt.Sprintf("Open loop, /validate, %.0f requests per second", rate)
+			extra.Load.Rate = rate
+			out = append(out, extra)
+		}
 	}
 	return out, nil
 }
@@ -270,6 +300,8 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	logf("CPU profile of qn-webhook under the closed validate loop: %s (go tool pprof -top %s)", o.cpuProfile, o.cpuProfile)
 	return nil
 }
+
+func gogcName(gogc string) string { return load.NameWebhook + " GOGC=" + gogc }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "qnload: "+format+"\n", args...)
