@@ -27,8 +27,10 @@ policy-test:
 .PHONY: bench
 bench:
 	@mkdir -p $(BIN)
-	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 2s -count 3 ./policies/ ./policies/window/ ./webhook/ | tee $(BIN)/bench-inprocess.txt
+	echo "# load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" > $(BIN)/bench-inprocess.txt
+	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 2s -count 3 ./policies/ ./policies/window/ ./webhook/ | tee -a $(BIN)/bench-inprocess.txt
 	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 1s -count 3 ./test/load/ | tee -a $(BIN)/bench-inprocess.txt
+	echo "# after: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BIN)/bench-inprocess.txt
 	$(GO) run ./test/load/cmd/qnload --inprocess $(BIN)/bench-inprocess.txt --doc docs/benchmarks.md
 
 ## chart: refresh the chart's copies of the CRD and bundled policies, then render, lint and dry-run it

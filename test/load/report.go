@@ -89,8 +89,10 @@ type Report struct {
 	Users     int
 	Scenarios []ScenarioResult
 	// InProcess are the go test benchmarks run by `make bench` before the
-	// load comparison, if their output was given.
-	InProcess []Benchmark
+	// load comparison, if their output was given, and the notes written
+	// with them (how busy the machine was).
+	InProcess      []Benchmark
+	InProcessNotes []string
 }
 
 func (r *Report) scenario(name string) *ScenarioResult {
@@ -185,7 +187,7 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	m := r.Machine
 	b.WriteString(BeginMarker + "\n")
-	b.WriteString("## Over HTTPS, side by side with OPA and a bare-TLS ceiling\n\n")
+	b.WriteString("### Figures of the last `make bench`\n\n")
 	fmt.Fprintf(&b, "Run %s (%s) on %d × `%s`, %.0f GiB, Linux %s, %s, OPA %s (the `opa` command built from the module go.mod pins). Client and servers share the machine.\n\n",
 		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Finished.Sub(r.Started).Round(time.Second), m.Cores, m.CPU, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.GoVersion, m.OPAVersion)
 	fmt.Fprintf(&b, "**How busy the machine was:** load average %s before and %s after (1/5/15 min); other processes (neither the servers nor the load generator) used a median %.0f %% of the machine's CPU during slices (largest slice: %.0f %%), %.0f %% of it at a positive nice value (background builds, which yield to the run). ",
@@ -199,9 +201,13 @@ func (r *Report) Markdown() string {
 	b.WriteString("Targets: **qn-webhook** (`cmd/qn-webhook`, bundled policies, decision log to /dev/null: the line is built and written); " +
 		"**qn-webhook +1000 policies** (the same with `--policy-dir` holding the bundled set plus 1,000 roles, each with its own policy package); " +
 		"**OPA** (`opa run --server` over TLS, `test/load/opa`: the same QuantumNode rules written as OPA's Kubernetes admission tutorial does, default decision `system/main`, mutation through `/v0/data/system/mutate`, no decision logs, no rate windows); " +
-		"**bare TLS ceiling** (`test/load/cmd/ceiling`: TLS, read, decode the review with encoding/json, answer allowed).\n\n")
+		"**bare TLS ceiling** (`test/load/cmd/ceiling`: TLS, read, decode the review with encoding/json, answer allowed)")
+	if v := r.gogcVariant(); v != "" {
+		fmt.Fprintf(&b, "; **%s** (the same binary with that Go GC setting, to size the lever)", v)
+	}
+	b.WriteString(".\n\n")
 
-	b.WriteString("### Targets of the issue, this run\n\n| goal | target | measured | |\n|---|---|---|---|\n")
+	b.WriteString("#### Targets of the issue, this run\n\n| goal | target | measured | |\n|---|---|---|---|\n")
 	for _, g := range r.Goals() {
 		mark := "n/a"
 		if g.Met != nil {
@@ -215,7 +221,7 @@ func (r *Report) Markdown() string {
 	b.WriteString("\n")
 
 	for _, sc := range r.Scenarios {
-		fmt.Fprintf(&b, "### %s\n\n", sc.Scenario.Title)
+		fmt.Fprintf(&b, "#### %s\n\n", sc.Scenario.Title)
 		b.WriteString("| target | req/s (min–max) | p50 | p90 | p99 | p99.9 | max | server CPU/req (min–max) | peak RSS | errors | client CPU/req |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, name := range sc.Scenario.Targets {
 			s := Summarize(sc.Slices[name])
@@ -234,7 +240,11 @@ func (r *Report) Markdown() string {
 	}
 
 	if len(r.InProcess) > 0 {
-		b.WriteString("### In process, this run (`go test -bench`, median of the counts)\n\n| package | benchmark | time/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
+		b.WriteString("#### In process, this run (`go test -bench`, median of the counts)\n\n")
+		if len(r.InProcessNotes) > 0 {
+			fmt.Fprintf(&b, "Run just before the load comparison; %s.\n\n", strings.Join(r.InProcessNotes, "; "))
+		}
+		b.WriteString("| package | benchmark | time/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
 		for _, bm := range r.InProcess {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", bm.Package, bm.Name, fmtNs(bm.NsPerOp), fmtCount(bm.BytesPerOp), fmtCount(bm.AllocsPerOp))
 		}
@@ -259,6 +269,17 @@ func (r *Report) otherShare(largest bool) float64 {
 		return extreme(xs, true)
 	}
 	return median(xs)
+}
+
+func (r *Report) gogcVariant() string {
+	for _, sc := range r.Scenarios {
+		for _, name := range sc.Scenario.Targets {
+			if strings.HasPrefix(name, NameWebhook+" GOGC=") {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 func (r *Report) niceShareOfOther() float64 {
@@ -317,11 +338,12 @@ type Benchmark struct {
 	AllocsPerOp float64 // -1 when not reported
 }
 
-var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+[\d.]+ MB/s)?(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
 
 // ParseBenchmarks reads `go test -bench` output and returns the median of
-// each benchmark's runs, in the order first seen.
-func ParseBenchmarks(r io.Reader) ([]Benchmark, error) {
+// each benchmark's runs, in the order first seen, and the notes: lines
+// that start with "# " (make bench writes the load average there).
+func ParseBenchmarks(r io.Reader) ([]Benchmark, []string, error) {
 	type acc struct {
 		pkg, name         string
 		ns, bytes, allocs []float64
@@ -329,9 +351,14 @@ func ParseBenchmarks(r io.Reader) ([]Benchmark, error) {
 	var order []string
 	all := map[string]*acc{}
 	pkg := ""
+	var notes []string
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
+		if note, ok := strings.CutPrefix(line, "# "); ok {
+			notes = append(notes, strings.TrimSpace(note))
+			continue
+		}
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
 			pkg = strings.TrimPrefix(strings.TrimSpace(p), "github.com/quantumnode/qn-admission/")
 			continue
@@ -359,7 +386,7 @@ func ParseBenchmarks(r io.Reader) ([]Benchmark, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]Benchmark, 0, len(order))
 	for _, k := range order {
@@ -373,7 +400,7 @@ func ParseBenchmarks(r io.Reader) ([]Benchmark, error) {
 		}
 		out = append(out, bm)
 	}
-	return out, nil
+	return out, notes, nil
 }
 
 func fmtDur(d time.Duration) string {

@@ -52,7 +52,8 @@ func TestRewriteSectionReplacesOnlyTheGeneratedPart(t *testing.T) {
 }
 
 func TestParseBenchmarksTakesTheMedianOfEachBenchmark(t *testing.T) {
-	out := `goos: linux
+	out := `# load average before ./webhook/: 4.90 4.70 3.70
+goos: linux
 pkg: github.com/quantumnode/qn-admission/webhook
 BenchmarkValidateRealtime-2   	   10000	    205000 ns/op	   56000 B/op	    1075 allocs/op
 BenchmarkValidateRealtime-2   	   10000	    199000 ns/op	   56100 B/op	    1074 allocs/op
@@ -60,13 +61,18 @@ BenchmarkValidateRealtime-2   	   10000	    300000 ns/op	   56200 B/op	    1076 
 PASS
 pkg: github.com/quantumnode/qn-admission/policies/window
 BenchmarkTake-2   	 1000000	       172.5 ns/op
+pkg: github.com/quantumnode/qn-admission/test/load
+BenchmarkStageDecode/pod-create-5k-2   	   32000	     51400 ns/op	 102.96 MB/s	    6856 B/op	      42 allocs/op
 ok  	github.com/quantumnode/qn-admission/policies/window	3.1s
 `
-	got, err := ParseBenchmarks(strings.NewReader(out))
+	got, notes, err := ParseBenchmarks(strings.NewReader(out))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 {
+	if len(notes) != 1 || notes[0] != "load average before ./webhook/: 4.90 4.70 3.70" {
+		t.Errorf("notes %q", notes)
+	}
+	if len(got) != 3 {
 		t.Fatalf("got %d benchmarks: %+v", len(got), got)
 	}
 	v := got[0]
@@ -76,6 +82,9 @@ ok  	github.com/quantumnode/qn-admission/policies/window	3.1s
 	w := got[1]
 	if w.Package != "policies/window" || w.Name != "Take" || w.NsPerOp != 172.5 || w.BytesPerOp != -1 || w.AllocsPerOp != -1 {
 		t.Errorf("second: %+v", w)
+	}
+	if x := got[2]; x.Name != "StageDecode/pod-create-5k" || x.BytesPerOp != 6856 || x.AllocsPerOp != 42 {
+		t.Errorf("a benchmark reporting MB/s lost its B/op or allocs/op: %+v", x)
 	}
 }
 

@@ -179,7 +179,7 @@ func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (S
 	return Slice{Result: r, Server: usage, OtherCPU: max(other, 0), OtherNiceCPU: min(m1.Nice-m0.Nice, max(other, 0)), WallCPU: wall * cores}, nil
 }
 
-// Medians of a target's slices.
+// Summary is the medians of a target's slices.
 type Summary struct {
 	Throughput        float64
 	P50, P90, P99     time.Duration

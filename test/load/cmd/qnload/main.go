@@ -73,12 +73,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	var inProcess []load.Benchmark
+	var inProcessNotes []string
 	if o.inProcess != "" {
 		f, err := os.Open(o.inProcess)
 		if err != nil {
 			return err
 		}
-		inProcess, err = load.ParseBenchmarks(f)
+		inProcess, inProcessNotes, err = load.ParseBenchmarks(f)
 		f.Close()
 		if err != nil {
 			return err
@@ -163,7 +164,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	suite := &load.Suite{Servers: servers, Fixtures: fixtures, Slices: o.slices, Warmup: o.warmup, Log: os.Stderr}
-	report := &load.Report{Machine: machine, Started: time.Now(), Slices: o.slices, SliceTime: o.slice, Users: o.users, InProcess: inProcess}
+	report := &load.Report{Machine: machine, Started: time.Now(), Slices: o.slices, SliceTime: o.slice, Users: o.users, InProcess: inProcess, InProcessNotes: inProcessNotes}
 	logf("load average before: %s", machine.LoadBefore)
 	results, err := suite.Run(ctx, scenarios)
 	if err != nil {
