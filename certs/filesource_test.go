@@ -16,10 +16,7 @@ import (
 func TestFileSourceServesAValidPair(t *testing.T) {
 	ca := newTestCA(t, "test CA")
 	p := ca.serving(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, CertFileName), filepath.Join(dir, KeyFileName)
-	writeFile(t, certFile, p.certPEM)
-	writeFile(t, keyFile, p.keyPEM)
+	_, certFile, keyFile := writePairInTempDir(t, p)
 
 	src := NewFileSource(certFile, keyFile, WithLogger(testLogger(t)))
 	if err := src.Healthy(); err == nil {
@@ -260,10 +257,7 @@ func TestFileSourceKeepsTheLastGoodPairThroughABrokenRotation(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ca := newTestCA(t, "test CA")
 			good, next := ca.serving(t), ca.serving(t)
-			dir := t.TempDir()
-			certFile, keyFile := filepath.Join(dir, CertFileName), filepath.Join(dir, KeyFileName)
-			writeFile(t, certFile, good.certPEM)
-			writeFile(t, keyFile, good.keyPEM)
+			_, certFile, keyFile := writePairInTempDir(t, good)
 			src := NewFileSource(certFile, keyFile, WithLogger(testLogger(t)), WithPollInterval(fastPoll))
 			startSource(t, src)
 
@@ -294,10 +288,7 @@ func TestFileSourceKeepsTheLastGoodPairThroughABrokenRotation(t *testing.T) {
 func TestFileSourceRecoversWhenTheGoodPairIsPutBack(t *testing.T) {
 	ca := newTestCA(t, "test CA")
 	good, other := ca.serving(t), ca.serving(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, CertFileName), filepath.Join(dir, KeyFileName)
-	writeFile(t, certFile, good.certPEM)
-	writeFile(t, keyFile, good.keyPEM)
+	_, certFile, keyFile := writePairInTempDir(t, good)
 	src := NewFileSource(certFile, keyFile, WithLogger(testLogger(t)), WithPollInterval(fastPoll))
 	startSource(t, src)
 
@@ -314,10 +305,7 @@ func TestFileSourceRecoversWhenTheGoodPairIsPutBack(t *testing.T) {
 func TestFileSourceHealthReportsTheValidityWindow(t *testing.T) {
 	ca := newTestCA(t, "test CA")
 	p := ca.serving(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, CertFileName), filepath.Join(dir, KeyFileName)
-	writeFile(t, certFile, p.certPEM)
-	writeFile(t, keyFile, p.keyPEM)
+	_, certFile, keyFile := writePairInTempDir(t, p)
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	src := NewFileSource(certFile, keyFile, WithLogger(testLogger(t)), WithClock(clk))
 	if err := src.Load(); err != nil {
@@ -350,10 +338,7 @@ func TestFileSourceHealthReportsTheValidityWindow(t *testing.T) {
 func TestFileSourceStartsOnlyOnce(t *testing.T) {
 	ca := newTestCA(t, "test CA")
 	p := ca.serving(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, CertFileName), filepath.Join(dir, KeyFileName)
-	writeFile(t, certFile, p.certPEM)
-	writeFile(t, keyFile, p.keyPEM)
+	_, certFile, keyFile := writePairInTempDir(t, p)
 	src := NewFileSource(certFile, keyFile, WithLogger(testLogger(t)))
 	startSource(t, src)
 	waitFor(t, "Start to run", src.started.Load)

@@ -210,3 +210,14 @@ func servedSerial(src *FileSource) *big.Int {
 }
 
 func sameSerial(a, b *big.Int) bool { return a != nil && b != nil && a.Cmp(b) == 0 }
+
+// writePairInTempDir writes p as tls.crt and tls.key into a new temporary
+// directory, the layout of a mounted Secret, and returns the paths.
+func writePairInTempDir(t *testing.T, p testPair) (dir, certFile, keyFile string) {
+	t.Helper()
+	dir = t.TempDir()
+	certFile, keyFile = filepath.Join(dir, CertFileName), filepath.Join(dir, KeyFileName)
+	writeFile(t, certFile, p.certPEM)
+	writeFile(t, keyFile, p.keyPEM)
+	return dir, certFile, keyFile
+}
