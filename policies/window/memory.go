@@ -39,8 +39,8 @@ type MemoryOptions struct {
 	// requester gets a fresh window, i.e. the limit fails open for that key.
 	// Stats().ActiveEvictions counts those; size MaxKeys above the number
 	// of requesters active within the longest window. Worst-case memory is
-	// about MaxKeys × Limit.Count × 32 bytes (the default with the realtime
-	// role's 120 per minute, every key full: ~400 MB); typical keys hold a
+	// about MaxKeys × Limit.Count × 16 bytes (the default with the realtime
+	// role's 120 per minute, every key full: ~200 MB); typical keys hold a
 	// few entries.
 	MaxKeys int
 	// Shards is the number of independently locked parts (default
@@ -207,13 +207,13 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid str
 
 	k.drop(k.counted(now, limit))
 	k.fit(limit.Count)
-	if uid != "" && k.holds(uidHash, uid) {
+	if uid != "" && k.holds(uidHash) {
 		return k.state(now, limit, 0), true, nil
 	}
 	if k.n >= limit.Count {
 		return k.state(now, limit, 0), false, nil
 	}
-	k.push(entry{at: now, uidHash: uidHash, uid: uid}, limit.Count)
+	k.push(entry{at: now, uidHash: uidHash}, limit.Count)
 	return k.state(now, limit, 0), true, nil
 }
 
