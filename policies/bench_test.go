@@ -13,9 +13,9 @@ import (
 
 // Stage benchmarks: a regression points at its stage.
 
-func benchInput() (*Input, Context) {
+func benchInput() (*Input, Facts) {
 	in := node{role: "realtime", labels: shanghai, annotations: fast, uid: "u"}.input()
-	c := in.Context
+	c := in.Facts
 	c.Role = "realtime"
 	c.Window = &WindowState{Key: "user", Count: 3, Limit: 120, PeriodSeconds: 60, Remaining: 117}
 	return in, c

@@ -61,7 +61,7 @@ func (e *Engine) Validate(ctx context.Context, in *Input) Decision {
 func (e *Engine) decide(ctx context.Context, in *Input, judge func(context.Context, *Set, *Input) Decision) Decision {
 	set := e.current.Load()
 	var d Decision
-	if why, ok := set.Roles.Exemptions.match(in.Context); ok {
+	if why, ok := set.Roles.Exemptions.match(in.Facts); ok {
 		d = Allow()
 		d.Exempt = why
 	} else {
@@ -77,17 +77,17 @@ func (e *Engine) validate(ctx context.Context, set *Set, in *Input) Decision {
 		return refusal
 	}
 	j := judgement{role: role, name: name}
-	if !role.Allows(in.Context.Operation) {
+	if !role.Allows(in.Facts.Operation) {
 		j.refuse(operationDenied(name, role, in))
 		return j.decide()
 	}
 
 	var key string
 	var limit window.Limit
-	ctxv := in.Context
+	ctxv := in.Facts
 	ctxv.Role = name
 	if w := role.Window; w != nil {
-		key, limit = windowKey(name, w, in.Context), window.Limit{Count: w.Limit, Period: w.Period}
+		key, limit = windowKey(name, w, in.Facts), window.Limit{Count: w.Limit, Period: w.Period}
 		st, err := e.windows.Peek(ctx, key, limit)
 		if err != nil {
 			return j.failed(fmt.Errorf("read rate window %s: %w", key, err))
@@ -114,11 +114,11 @@ func (e *Engine) validate(ctx context.Context, set *Set, in *Input) Decision {
 	if w := role.Window; w != nil {
 		var st window.State
 		admitted := true
-		if in.Context.DryRun {
+		if in.Facts.DryRun {
 			st, err = e.windows.Peek(ctx, key, limit)
 			admitted = err == nil && st.Remaining > 0
 		} else {
-			st, admitted, err = e.windows.Take(ctx, key, limit, in.Context.UID)
+			st, admitted, err = e.windows.Take(ctx, key, limit, in.Facts.UID)
 		}
 		if err != nil {
 			return j.failed(fmt.Errorf("take a slot of rate window %s: %w", key, err))
@@ -126,7 +126,7 @@ func (e *Engine) validate(ctx context.Context, set *Set, in *Input) Decision {
 		j.window = windowState(w, st)
 		if !admitted {
 			e.metrics.windowRejected(name)
-			if !j.refuse(TooManyRequests(windowMessage(name, w, in.Context, st))) {
+			if !j.refuse(TooManyRequests(windowMessage(name, w, in.Facts, st))) {
 				return j.decide()
 			}
 		}
@@ -193,13 +193,13 @@ func (e *Engine) Mutate(ctx context.Context, in *Input) Decision {
 
 func (e *Engine) mutate(ctx context.Context, set *Set, in *Input) Decision {
 	name, role, _, ok := resolveRole(set, in)
-	if !ok || !role.Allows(in.Context.Operation) {
+	if !ok || !role.Allows(in.Facts.Operation) {
 		d := Allow()
 		d.Role = name
 		return d
 	}
 	j := judgement{role: role, name: name}
-	ctxv := in.Context
+	ctxv := in.Facts
 	ctxv.Role = name
 	res, err := e.evaluate(ctx, set, name, true, in, ctxv)
 	if err != nil {
@@ -221,7 +221,7 @@ func (e *Engine) mutate(ctx context.Context, set *Set, in *Input) Decision {
 // resolveRole picks the role named by the qn-role annotation, or the default
 // role. An unknown role is a denial that lists the known ones.
 func resolveRole(set *Set, in *Input) (string, Role, Decision, bool) {
-	name := in.Context.Role
+	name := in.Facts.Role
 	if name == "" {
 		name = set.Roles.DefaultRole
 	}
@@ -235,10 +235,10 @@ func resolveRole(set *Set, in *Input) (string, Role, Decision, bool) {
 
 func operationDenied(name string, role Role, in *Input) Decision {
 	return Deny(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
-		"role %q may not %s %s; it may %s", name, strings.ToLower(in.Context.Operation), in.Context.Kind.Kind, strings.Join(role.Operations, ", ")))
+		"role %q may not %s %s; it may %s", name, strings.ToLower(in.Facts.Operation), in.Facts.Kind.Kind, strings.Join(role.Operations, ", ")))
 }
 
-func (e *Engine) evaluate(ctx context.Context, set *Set, role string, mutating bool, in *Input, c Context) (rego.Result, error) {
+func (e *Engine) evaluate(ctx context.Context, set *Set, role string, mutating bool, in *Input, c Facts) (rego.Result, error) {
 	q, ok := set.Query(role, mutating)
 	if !ok {
 		return rego.Result{}, fmt.Errorf("no prepared policies (policy set %s is inconsistent)", set.Revision)
@@ -254,7 +254,7 @@ func (e *Engine) evaluate(ctx context.Context, set *Set, role string, mutating b
 }
 
 // windowKey names whose window a request counts against.
-func windowKey(role string, w *Window, c Context) string {
+func windowKey(role string, w *Window, c Facts) string {
 	switch w.Key {
 	case KeyNamespace:
 		return role + "/namespace/" + c.Namespace
@@ -273,7 +273,7 @@ func windowState(w *Window, st window.State) *WindowState {
 }
 
 // windowMessage says who hit which limit and when a slot frees.
-func windowMessage(role string, w *Window, c Context, st window.State) string {
+func windowMessage(role string, w *Window, c Facts, st window.State) string {
 	var who string
 	switch w.Key {
 	case KeyNamespace:
@@ -288,7 +288,7 @@ func windowMessage(role string, w *Window, c Context, st window.State) string {
 }
 
 // match reports whether the request is exempt, and why.
-func (x Exemptions) match(c Context) (string, bool) {
+func (x Exemptions) match(c Facts) (string, bool) {
 	for _, u := range x.Users {
 		if matchName(u, c.User) {
 			return "user " + c.User, true

@@ -67,16 +67,16 @@ func (n node) input() *Input {
 	meta["labels"], meta["annotations"] = toAny(labels), toAny(annotations)
 	in := qnInput(orDefault(n.op, "CREATE"), "", "")
 	in.Object = obj
-	if in.Context.Operation == "DELETE" {
+	if in.Facts.Operation == "DELETE" {
 		in.Object, in.OldObject = nil, obj
 	}
-	in.Context.User = orDefault(n.user, "alice")
-	in.Context.Namespace = orDefault(n.namespace, "edge")
-	in.Context.UID = orDefault(n.uid, fmt.Sprintf("uid-%d", time.Now().UnixNano()))
+	in.Facts.User = orDefault(n.user, "alice")
+	in.Facts.Namespace = orDefault(n.namespace, "edge")
+	in.Facts.UID = orDefault(n.uid, fmt.Sprintf("uid-%d", time.Now().UnixNano()))
 	in.Request.UID = "x"
-	in.Context.Labels, in.Context.Annotations = labels, annotations
-	in.Context.Role = n.role
-	in.Context.DryRun = n.dryRun
+	in.Facts.Labels, in.Facts.Annotations = labels, annotations
+	in.Facts.Role = n.role
+	in.Facts.DryRun = n.dryRun
 	return in
 }
 
@@ -360,7 +360,7 @@ func TestExemptions(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			in := n.input()
 			if name == "a member of an exempt group" {
-				in.Context.Groups = []string{"ops", "break-glass"}
+				in.Facts.Groups = []string{"ops", "break-glass"}
 			}
 			d := e.Validate(context.Background(), in)
 			if !d.Allowed || d.Exempt == "" {
@@ -390,7 +390,7 @@ func TestInputValueMatchesItsJSONForm(t *testing.T) {
 			if in.OldObject != nil {
 				in.Request.OldObject.Raw, _ = json.Marshal(in.OldObject)
 			}
-			c := in.Context
+			c := in.Facts
 			c.Groups = []string{"a"}
 			c.Extra = map[string][]string{"scopes": {"x"}}
 			c.Window = &WindowState{Key: "user", Count: 3, Limit: 120, PeriodSeconds: 60, Remaining: 117}
@@ -398,7 +398,7 @@ func TestInputValueMatchesItsJSONForm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			js, _ := json.Marshal(policyInput{Request: in.Request, Context: c})
+			js, _ := json.Marshal(policyInput{Request: in.Request, Facts: c})
 			slow, err := ast.ValueFromReader(strings.NewReader(string(js)))
 			if err != nil {
 				t.Fatal(err)

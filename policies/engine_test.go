@@ -41,14 +41,14 @@ func qnInput(op string, object, oldObject string) *Input {
 	if oldObject != "" {
 		req.OldObject = runtime.RawExtension{Raw: []byte(oldObject)}
 	}
-	in := &Input{Request: req, Context: Context{
+	in := &Input{Request: req, Facts: Facts{
 		Operation: op, Namespace: "edge", Name: "edge-1",
 		Kind: GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"},
 	}}
 	if object != "" {
 		_ = json.Unmarshal([]byte(object), &in.Object)
 		annotations, _, _ := unstructured.NestedStringMap(in.Object, "metadata", "annotations")
-		in.Context.Role = annotations[RoleAnnotation]
+		in.Facts.Role = annotations[RoleAnnotation]
 	}
 	if oldObject != "" {
 		_ = json.Unmarshal([]byte(oldObject), &in.OldObject)

@@ -60,25 +60,25 @@ type Explanation struct {
 // explains exactly the decision Validate makes.
 func (e *Engine) Explain(ctx context.Context, in *Input, mutating bool) (*Explanation, error) {
 	set := e.current.Load()
-	x := &Explanation{Mutating: mutating, Operation: in.Context.Operation}
-	if why, ok := set.Roles.Exemptions.match(in.Context); ok {
+	x := &Explanation{Mutating: mutating, Operation: in.Facts.Operation}
+	if why, ok := set.Roles.Exemptions.match(in.Facts); ok {
 		x.Exempt = why
 		return x, nil
 	}
 	name, role, _, ok := resolveRole(set, in)
-	x.Role, x.RoleFromAnnotation, x.RoleKnown = name, in.Context.Role != "", ok
+	x.Role, x.RoleFromAnnotation, x.RoleKnown = name, in.Facts.Role != "", ok
 	if !ok {
 		return x, nil
 	}
 	x.Spec = role
-	x.OperationAllowed = role.Allows(in.Context.Operation)
+	x.OperationAllowed = role.Allows(in.Facts.Operation)
 	if !x.OperationAllowed {
 		return x, nil
 	}
-	ctxv := in.Context
+	ctxv := in.Facts
 	ctxv.Role = name
 	if w := role.Window; w != nil && !mutating {
-		key := windowKey(name, w, in.Context)
+		key := windowKey(name, w, in.Facts)
 		st, err := e.windows.Peek(ctx, key, window.Limit{Count: w.Limit, Period: w.Period})
 		if err != nil {
 			return nil, fmt.Errorf("read rate window %s: %w", key, err)

@@ -23,12 +23,12 @@ type Input struct {
 	// nil when absent. Policies read these, never the raw bytes.
 	Object    map[string]any
 	OldObject map[string]any
-	Context   Context
+	Facts     Facts
 }
 
-// Context is what the webhook extracted from a request. Policies see it as
-// input.context; its JSON names are part of the policy API.
-type Context struct {
+// Facts are what the webhook extracted from a request. Policies see them as
+// input.context; their JSON names are part of the policy API.
+type Facts struct {
 	UID         string              `json:"uid"`
 	User        string              `json:"user"`
 	UserUID     string              `json:"userUID,omitempty"`

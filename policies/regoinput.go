@@ -54,13 +54,13 @@ var (
 // fast builder below must produce exactly this (a test holds them equal).
 type policyInput struct {
 	Request *admissionv1.AdmissionRequest `json:"request"`
-	Context Context                       `json:"context"`
+	Facts   Facts                         `json:"context"`
 }
 
 // inputValue builds the parsed Rego input {"request": ..., "context": ...}
 // straight from the typed request and the objects the webhook decoded, with
 // no JSON round trip: this is the hot path of every decision.
-func inputValue(in *Input, c Context) (ast.Value, error) {
+func inputValue(in *Input, c Facts) (ast.Value, error) {
 	var request *ast.Term
 	if in.Request == nil {
 		request = ast.NullTerm()
@@ -151,7 +151,7 @@ func userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {
 	return ast.NewTerm(o)
 }
 
-func contextObject(c Context) ast.Object {
+func contextObject(c Facts) ast.Object {
 	o := ast.NewObject(
 		strItem(keyUid, c.UID),
 		strItem(keyUser, c.User),

@@ -28,7 +28,7 @@ var ownKinds = map[schema.GroupKind]string{
 // Crafted requests (an unknown operation, an object of another kind than the
 // request says, a kind that does not match its resource) are errors.
 //
-// It fills in.Object, in.OldObject and in.Context from in.Request.
+// It fills in.Object, in.OldObject and in.Facts from in.Request.
 func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.Input, error) {
 	in := &policies.Input{Request: req}
 	if !knownOperations[req.Operation] {
@@ -57,7 +57,7 @@ func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.I
 	if meta == nil {
 		meta = in.OldObject
 	}
-	c := policies.Context{
+	c := policies.Facts{
 		UID:         string(req.UID),
 		User:        req.UserInfo.Username,
 		UserUID:     req.UserInfo.UID,
@@ -87,7 +87,7 @@ func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.I
 		return nil, err
 	}
 	c.Role = c.Annotations[policies.RoleAnnotation]
-	in.Context = c
+	in.Facts = c
 	return in, nil
 }
 

@@ -254,8 +254,8 @@ func TestContextExtraction(t *testing.T) {
 	if a.status != 200 {
 		t.Fatalf("unexpected answer %s", a.raw)
 	}
-	c := got.Context
-	want := policies.Context{
+	c := got.Facts
+	want := policies.Facts{
 		UID: "u-2", User: "bob", UserUID: "b-1", Groups: []string{"g1", "g2"}, Extra: map[string][]string{"scopes": {"a"}},
 		Operation: "DELETE", Kind: policies.GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"},
 		Resource:  policies.GroupVersionRes{Group: "qn.dev", Version: "v1alpha1", Resource: "quantumnodes"},
