@@ -40,7 +40,7 @@ func BenchmarkRoleLookup(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, _, _, ok := resolveRole(set, in); !ok {
+		if p := set.plan(in, PathValidate); p.Spec == nil {
 			b.Fatal("no role")
 		}
 	}
@@ -51,7 +51,7 @@ func BenchmarkEvalRealtime(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	q, _ := set.Query("realtime", false)
+	q := set.validate["realtime"]
 	in, c := benchInput()
 	v, err := inputValue(in, c)
 	if err != nil {

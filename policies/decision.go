@@ -2,6 +2,7 @@ package policies
 
 import (
 	"net/http"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -34,6 +35,10 @@ type Decision struct {
 	Window *WindowState
 	// PatchOps counts the operations in Patch.
 	PatchOps int
+	// RetryAfter is, for a full rate window, when a slot frees; the
+	// webhook sends it as status.details.retryAfterSeconds, which the
+	// apiserver returns to the client as a Retry-After header.
+	RetryAfter time.Duration
 }
 
 // Allow admits with optional warnings.

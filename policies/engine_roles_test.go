@@ -36,11 +36,15 @@ func stepped(t *testing.T, fsys fstest.MapFS) (*Engine, *clocktesting.FakePassiv
 	return NewEngine(set, EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})}), clk
 }
 
-// node is a QuantumNode input for the bundled role table.
+// node is a QuantumNode input for the bundled role table. On UPDATE the
+// stored object is the same node under oldRole ("" keeps role, "-" stores
+// it without the annotation).
 type node struct {
-	op, role, user, namespace, uid string
-	labels, annotations            map[string]string
-	dryRun                         bool
+	op, role, oldRole, user, namespace, uid string
+	groups                                  []string
+	labels, annotations                     map[string]string
+	dryRun                                  bool
+	noOldObject                             bool
 }
 
 func (n node) input() *Input {
@@ -67,8 +71,27 @@ func (n node) input() *Input {
 	meta["labels"], meta["annotations"] = toAny(labels), toAny(annotations)
 	in := qnInput(orDefault(n.op, "CREATE"), "", "")
 	in.Object = obj
-	if in.Facts.Operation == "DELETE" {
+	switch in.Facts.Operation {
+	case "DELETE":
 		in.Object, in.OldObject = nil, obj
+	case "UPDATE":
+		old := deepCopy(obj)
+		oldAnnotations := old["metadata"].(map[string]any)["annotations"].(map[string]any)
+		switch n.oldRole {
+		case "":
+		case "-":
+			delete(oldAnnotations, RoleAnnotation)
+		default:
+			oldAnnotations[RoleAnnotation] = n.oldRole
+		}
+		in.OldObject = old
+	}
+	if n.noOldObject {
+		in.OldObject = nil
+	}
+	in.Facts.Groups = []string{"system:authenticated"}
+	if n.groups != nil {
+		in.Facts.Groups = n.groups
 	}
 	in.Facts.User = orDefault(n.user, "alice")
 	in.Facts.Namespace = orDefault(n.namespace, "edge")
@@ -78,6 +101,18 @@ func (n node) input() *Input {
 	in.Facts.Role = n.role
 	in.Facts.DryRun = n.dryRun
 	return in
+}
+
+func deepCopy(obj map[string]any) map[string]any {
+	js, err := json.Marshal(obj)
+	if err != nil {
+		panic(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(js, &out); err != nil {
+		panic(err)
+	}
+	return out
 }
 
 func toAny(m map[string]string) map[string]any {
@@ -125,9 +160,9 @@ func TestTheRoleTable(t *testing.T) {
 			n: node{role: "realtime", labels: map[string]string{"topology.kubernetes.io/zone": "eu-west-1"}, annotations: fast}, wantCode: 403,
 			wantMessage: `zone "eu-west-1" (label topology.kubernetes.io/zone) is not allowed for realtime; allowed zones: cn-shanghai`,
 		},
-		"realtime may not delete": {
+		"realtime nodes are deleted only by cluster admins": {
 			n: node{op: "DELETE", role: "realtime"}, wantCode: 403,
-			wantMessage: `role "realtime" may not delete QuantumNode; it may CREATE, UPDATE`,
+			wantMessage: `user "alice" (groups system:authenticated) may not delete a QuantumNode of role "realtime": roles.realtime.delete admits groups system:masters`,
 		},
 		"batch admits a low-priority create": {
 			n: node{role: "batch", labels: map[string]string{"priority": "low"}}, wantAllowed: true, wantCode: 200,
@@ -138,7 +173,7 @@ func TestTheRoleTable(t *testing.T) {
 		},
 		"batch may not update": {
 			n: node{op: "UPDATE", role: "batch", labels: map[string]string{"priority": "low"}}, wantCode: 403,
-			wantMessage: `role "batch" may not update QuantumNode; it may CREATE`,
+			wantMessage: `the stored QuantumNode is under role "batch", which may not update it (it may CREATE)`,
 		},
 		"default admits a delete": {
 			n: node{op: "DELETE"}, wantAllowed: true, wantCode: 200,

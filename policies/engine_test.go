@@ -9,6 +9,7 @@ import (
 	"testing/fstest"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,6 +35,7 @@ func qnInput(op string, object, oldObject string) *Input {
 		Operation: admissionv1.Operation(op),
 		Namespace: "edge",
 		Name:      "edge-1",
+		UserInfo:  authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}},
 	}
 	if object != "" {
 		req.Object = runtime.RawExtension{Raw: []byte(object)}
@@ -42,7 +44,7 @@ func qnInput(op string, object, oldObject string) *Input {
 		req.OldObject = runtime.RawExtension{Raw: []byte(oldObject)}
 	}
 	in := &Input{Request: req, Facts: Facts{
-		Operation: op, Namespace: "edge", Name: "edge-1",
+		Operation: op, Namespace: "edge", Name: "edge-1", User: "alice", Groups: []string{"system:authenticated"},
 		Kind: GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"},
 	}}
 	if object != "" {
@@ -187,7 +189,7 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 		},
 		"an unknown field in roles.yaml": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles + "    limt: 3\n")}, "p.rego": {Data: []byte(good)}},
-			want:  `roles.yaml:6: roles.r.limt: unknown field (known here: operations, window, packages, enforcement, onError, parameters)`,
+			want:  `roles.yaml:6: roles.r.limt: unknown field (known here: operations, requesters, delete, moveTo, window, packages, enforcement, onError, parameters)`,
 		},
 		"a default role that does not exist": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(strings.Replace(roles, "defaultRole: r", "defaultRole: x", 1))}, "p.rego": {Data: []byte(good)}},

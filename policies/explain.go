@@ -2,44 +2,52 @@ package policies
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
 // Explanation is how the engine reaches its decision on one request, step
 // by step: the exemption or the role and why it was chosen, whether the
-// role may perform the operation, the requester's window as policies see
-// it, and the traced evaluation of the role's prepared query. It is built
-// by the same role resolution, window key and prepared query as the
-// decision, for qnctl eval --explain; the serving path never builds one.
+// role table lets the request run under it, the requester's window as
+// policies see it, and the traced evaluation of the role's prepared query.
+// It is built from the same Plan as the decision, for qnctl eval --explain;
+// the serving path never builds one.
 type Explanation struct {
-	Mutating bool
-	// Exempt names the exemption that admits the request unjudged; the
-	// fields below are then empty.
+	Path Path
+	// Exempt names why the request is admitted unjudged (an exemption or
+	// the control plane deleting); the fields below are then empty.
 	Exempt string
 	// Role is the role the request runs under.
 	Role string
 	// RoleFromAnnotation is true when the qn-role annotation named the
 	// role, false when the table's defaultRole applied.
 	RoleFromAnnotation bool
+	// StoredRole is the role of the stored object (UPDATE, DELETE).
+	StoredRole string
 	// RoleKnown is false when the annotation names no role of the table.
 	RoleKnown bool
 	// Spec is the role's entry in the role table (when RoleKnown).
 	Spec Role
 	// Operation is the request's operation; OperationAllowed says whether
-	// the role may perform it.
+	// the role table lets the requester perform it under the role (the
+	// operation, requesters, moveTo and delete rules); Refusal says why not.
 	Operation        string
 	OperationAllowed bool
+	Refusal          string
+	// Warnings are the role table's warnings (e.g. a stored role that is
+	// no longer declared).
+	Warnings []string
 	// WindowKey and Window are the requester's rate window before this
 	// request, as policies see it as input.context.window (validating
 	// path, roles with a window).
 	WindowKey string
 	Window    *WindowState
+	// WindowSubject says whose window it is, readably ("user \"alice\""):
+	// the key holds only a hash of the name.
+	WindowSubject string
 	// Evaluated says whether the role's policies ran; Packages and Rules
 	// say which packages and which of their rules.
 	Evaluated bool
@@ -54,52 +62,51 @@ type Explanation struct {
 	Trace []*topdown.Event
 }
 
-// Explain evaluates in the way Validate (mutating false) or Mutate would,
-// with a tracer, and says how the decision comes about. It changes nothing:
-// the window is only peeked at, so calling Explain and then Validate
-// explains exactly the decision Validate makes.
-func (e *Engine) Explain(ctx context.Context, in *Input, mutating bool) (*Explanation, error) {
-	set := e.current.Load()
-	x := &Explanation{Mutating: mutating, Operation: in.Facts.Operation}
-	if why, ok := set.Roles.Exemptions.match(in.Facts); ok {
-		x.Exempt = why
+// Explain evaluates along path as Validate or Mutate would, with a tracer,
+// and says how the decision comes about. It changes nothing: the window is
+// only peeked at, so calling Explain and then Validate explains exactly the
+// decision Validate makes.
+func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanation, error) {
+	p := e.Plan(in, path)
+	x := &Explanation{
+		Path: path, Operation: in.Facts.Operation, Exempt: p.Exempt,
+		Role: p.Role, RoleFromAnnotation: p.RoleFromAnnotation, StoredRole: p.StoredRole,
+		RoleKnown: p.Spec != nil, OperationAllowed: p.Refusal == nil, Warnings: p.Warnings,
+	}
+	if p.Exempt != "" {
 		return x, nil
 	}
-	name, role, _, ok := resolveRole(set, in)
-	x.Role, x.RoleFromAnnotation, x.RoleKnown = name, in.Facts.Role != "", ok
-	if !ok {
+	if p.Spec != nil {
+		x.Spec = *p.Spec
+	}
+	if p.Refusal != nil {
+		x.Refusal = p.Refusal.Message
+	}
+	if !p.Evaluates() || (path == PathMutate && p.Refusal != nil) {
 		return x, nil
 	}
-	x.Spec = role
-	x.OperationAllowed = role.Allows(in.Facts.Operation)
-	if !x.OperationAllowed {
-		return x, nil
-	}
-	ctxv := in.Facts
-	ctxv.Role = name
-	if w := role.Window; w != nil && !mutating {
-		key := windowKey(name, w, in.Facts)
-		st, err := e.windows.Peek(ctx, key, window.Limit{Count: w.Limit, Period: w.Period})
+	facts := p.Facts
+	if p.Window != nil {
+		st, err := e.peek(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("read rate window %s: %w", key, err)
+			return nil, err
 		}
-		x.WindowKey, x.Window = key, windowState(w, st)
-		ctxv.Window = x.Window
+		x.WindowKey, x.Window, x.WindowSubject = p.Window.Key, st, windowSubject(p.Role, p.Window.Spec, p.Facts)
+		facts.Window = st
 	}
-	q, ok := set.Query(name, mutating)
-	if !ok {
-		return nil, fmt.Errorf("role %q has no prepared policies (policy set %s is inconsistent)", name, set.Revision)
+	if p.Query == nil {
+		return nil, p.inconsistent()
 	}
-	value, err := inputValue(in, ctxv)
+	value, err := inputValue(in, facts)
 	if err != nil {
 		return nil, err
 	}
-	x.Evaluated, x.Packages = true, q.Packages()
+	x.Evaluated, x.Packages = true, p.Query.Packages()
 	x.Rules = rego.ValidationRules
-	if mutating {
+	if path == PathMutate {
 		x.Rules = rego.MutationRules
 	}
-	x.Result, x.Trace, x.Err = q.EvalTraced(ctx, value)
+	x.Result, x.Trace, x.Err = p.Query.EvalTraced(ctx, value)
 	x.Firings = rego.Firings(x.Trace)
 	return x, nil
 }

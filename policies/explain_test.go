@@ -8,9 +8,9 @@ import (
 func TestExplainFollowsTheDecisionStepByStep(t *testing.T) {
 	ctx := context.Background()
 	cases := map[string]struct {
-		in       node
-		mutating bool
-		check    func(t *testing.T, x *Explanation, d Decision)
+		in    node
+		path  Path
+		check func(t *testing.T, x *Explanation, d Decision)
 	}{
 		"an exempt namespace stops before the role": {
 			in: node{namespace: "kube-system"},
@@ -39,7 +39,7 @@ func TestExplainFollowsTheDecisionStepByStep(t *testing.T) {
 		"the default role, its window before the request and the entries of its packages": {
 			in: node{},
 			check: func(t *testing.T, x *Explanation, d Decision) {
-				if x.RoleFromAnnotation || x.Role != "default" || !x.Evaluated || x.WindowKey != "default/user/alice" {
+				if x.RoleFromAnnotation || x.Role != "default" || !x.Evaluated || x.WindowKey != "default/user/"+subjectHash("alice") {
 					t.Fatalf("explanation %+v", x)
 				}
 				if x.Window.Count != 0 || d.Window.Count != 1 {
@@ -65,8 +65,8 @@ func TestExplainFollowsTheDecisionStepByStep(t *testing.T) {
 			},
 		},
 		"the mutating path evaluates patch rules and no window": {
-			in:       node{},
-			mutating: true,
+			in:   node{},
+			path: PathMutate,
 			check: func(t *testing.T, x *Explanation, d Decision) {
 				if x.Window != nil || len(x.Result.Patch) != 1 || d.PatchOps != 1 {
 					t.Errorf("explanation %+v, decision %+v", x, d)
@@ -78,12 +78,12 @@ func TestExplainFollowsTheDecisionStepByStep(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e, _ := stepped(t, nil)
 			in := tc.in.input()
-			x, err := e.Explain(ctx, in, tc.mutating)
+			x, err := e.Explain(ctx, in, tc.path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var d Decision
-			if tc.mutating {
+			if tc.path == PathMutate {
 				d = e.Mutate(ctx, in)
 			} else {
 				d = e.Validate(ctx, in)
@@ -97,11 +97,11 @@ func TestExplainOnlyPeeksAtTheWindow(t *testing.T) {
 	ctx := context.Background()
 	e, _ := stepped(t, nil)
 	for i := 0; i < 5; i++ {
-		if _, err := e.Explain(ctx, node{uid: "u"}.input(), false); err != nil {
+		if _, err := e.Explain(ctx, node{uid: "u"}.input(), PathValidate); err != nil {
 			t.Fatal(err)
 		}
 	}
-	x, err := e.Explain(ctx, node{}.input(), false)
+	x, err := e.Explain(ctx, node{}.input(), PathValidate)
 	if err != nil {
 		t.Fatal(err)
 	}

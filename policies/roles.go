@@ -68,10 +68,31 @@ type Exemptions struct {
 	Namespaces []string `yaml:"namespaces"`
 }
 
-// Role is one entry of the role table.
+// Subjects name requesters: users (exact, or a prefix ending in *), groups
+// (the same), and service accounts as namespace:name (name may be *).
+type Subjects struct {
+	Users           []string `yaml:"users"`
+	Groups          []string `yaml:"groups"`
+	ServiceAccounts []string `yaml:"serviceAccounts"`
+}
+
+// Role is one entry of the role table. A role is a security boundary: the
+// role of a stored object judges its UPDATE and DELETE, so removing or
+// changing qn-role never escapes it (see binding.go).
 type Role struct {
-	// Operations the role may perform; any other is denied.
+	// Operations the role may perform; any other is denied. DELETE here
+	// lets anyone who may write under the role delete its objects.
 	Operations []string `yaml:"operations"`
+	// Requesters, when set, are the only ones who may create objects under
+	// the role or move objects into it; nil admits anyone.
+	Requesters *Subjects `yaml:"requesters"`
+	// Delete names who may delete objects of the role when DELETE is not
+	// among Operations (e.g. cluster admins). The control plane's own
+	// deleters (namespace controller, garbage collector) are always admitted.
+	Delete *Subjects `yaml:"delete"`
+	// MoveTo lists the roles a stored object of this role may move to by
+	// changing or removing qn-role; empty means it may not move.
+	MoveTo []string `yaml:"moveTo"`
 	// Window limits how many changes the role's requesters make; nil means
 	// no limit.
 	Window *Window `yaml:"window"`
@@ -127,10 +148,12 @@ func (e *fieldError) Error() string {
 // where the typo is and what was meant. "*" is any key (a role name);
 // parameters are free-form.
 var allowedKeys = map[string][]string{
-	"":               {"defaultRole", "exemptions", "roles"},
-	"exemptions":     {"users", "groups", "namespaces"},
-	"roles.*":        {"operations", "window", "packages", "enforcement", "onError", "parameters"},
-	"roles.*.window": {"limit", "period", "key"},
+	"":                   {"defaultRole", "exemptions", "roles"},
+	"exemptions":         {"users", "groups", "namespaces"},
+	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "enforcement", "onError", "parameters"},
+	"roles.*.window":     {"limit", "period", "key"},
+	"roles.*.requesters": {"users", "groups", "serviceAccounts"},
+	"roles.*.delete":     {"users", "groups", "serviceAccounts"},
 }
 
 // ParseRoleTable decodes and validates roles.yaml. Every problem is an error
@@ -217,6 +240,22 @@ func (v validator) validate(t *RoleTable) error {
 				return v.at(p+".operations", "%q is not an operation (use %s)", op, strings.Join(knownOperations, ", "))
 			}
 		}
+		for _, sub := range []struct {
+			field string
+			list  *Subjects
+		}{{"requesters", r.Requesters}, {"delete", r.Delete}} {
+			if err := v.subjects(p+"."+sub.field, sub.list); err != nil {
+				return err
+			}
+		}
+		for _, to := range r.MoveTo {
+			if _, ok := t.Roles[to]; !ok {
+				return v.at(p+".moveTo", "%q is not one of the declared roles (%s)", to, strings.Join(t.Names(), ", "))
+			}
+			if to == name {
+				return v.at(p+".moveTo", "a role cannot move to itself; list other roles")
+			}
+		}
 		if len(r.Packages) == 0 {
 			return v.at(p+".packages", "list at least one Rego package, e.g. qn.quantumnode")
 		}
@@ -252,6 +291,40 @@ func (v validator) validate(t *RoleTable) error {
 			}
 		}
 		t.Roles[name] = r
+	}
+	return nil
+}
+
+// subjects checks a requesters or delete list: every entry names someone,
+// and each kind of name is in its own list, so a typo never admits or
+// refuses the wrong requester silently.
+func (v validator) subjects(path string, s *Subjects) error {
+	if s == nil {
+		return nil
+	}
+	if len(s.Users)+len(s.Groups)+len(s.ServiceAccounts) == 0 {
+		return v.at(path, "lists nobody; name users, groups or serviceAccounts (remove %s to leave it unrestricted)", path[strings.LastIndex(path, ".")+1:])
+	}
+	for _, list := range []struct {
+		field string
+		names []string
+	}{{"users", s.Users}, {"groups", s.Groups}, {"serviceAccounts", s.ServiceAccounts}} {
+		for _, n := range list.names {
+			if strings.TrimSpace(n) == "" || strings.ContainsAny(n, " \t\n") {
+				return v.at(path+"."+list.field, "%q is not a name (no spaces, not empty)", n)
+			}
+			switch list.field {
+			case "groups":
+				if strings.HasPrefix(n, serviceAccountPrefix) {
+					return v.at(path+"."+list.field, "%q is a service account's user name, not a group; list it under serviceAccounts as namespace:name", n)
+				}
+			case "serviceAccounts":
+				ns, sa, ok := strings.Cut(n, ":")
+				if !ok || ns == "" || sa == "" || strings.Contains(sa, ":") || strings.Contains(ns, "*") {
+					return v.at(path+"."+list.field, "%q is not namespace:name (the name may be *, e.g. qn-system:deployer or ci:*)", n)
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -117,17 +117,6 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	return set, nil
 }
 
-// Query returns a role's prepared query for the validating or the
-// mutating path.
-func (s *Set) Query(role string, mutating bool) (*rego.Query, bool) {
-	if mutating {
-		q, ok := s.mutate[role]
-		return q, ok
-	}
-	q, ok := s.validate[role]
-	return q, ok
-}
-
 func readData(fsys fs.FS) (map[string]any, []byte, error) {
 	data := map[string]any{}
 	var all []byte

@@ -64,8 +64,8 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	r.HandleMethodNotAllowed = true
 	r.Use(recoverWithReview(opts.Logger))
 	h := &handler{decider: d, opts: opts}
-	r.POST(pathValidate, h.serve("validate", false))
-	r.POST(pathMutate, h.serve("mutate", true))
+	r.POST(pathValidate, h.serve(policies.PathValidate))
+	r.POST(pathMutate, h.serve(policies.PathMutate))
 	r.NoMethod(func(c *gin.Context) {
 		writeRequestError(c.Writer, &requestError{status: http.StatusMethodNotAllowed,
 			message: fmt.Sprintf("method %s is not allowed on %s; the apiserver sends POST", c.Request.Method, c.Request.URL.Path)})
@@ -82,7 +82,8 @@ type handler struct {
 	opts    HandlerOptions
 }
 
-func (h *handler) serve(webhook string, mutating bool) gin.HandlerFunc {
+func (h *handler) serve(path policies.Path) gin.HandlerFunc {
+	webhook := path.String()
 	return func(c *gin.Context) {
 		start := time.Now()
 		if m := h.opts.Metrics; m != nil {
@@ -97,7 +98,7 @@ func (h *handler) serve(webhook string, mutating bool) gin.HandlerFunc {
 			return
 		}
 		c.Set(uidKey, rev.Request.UID)
-		answer, in, d := Answer(c.Request.Context(), h.decider, rev.Request, mutating, h.opts.Clock.Now())
+		answer, in, d := Answer(c.Request.Context(), h.decider, rev.Request, path, h.opts.Clock.Now())
 		writeReview(c.Writer, http.StatusOK, answer)
 		h.log(c.Request.Context(), webhook, in, d, start)
 	}
@@ -106,19 +107,19 @@ func (h *handler) serve(webhook string, mutating bool) gin.HandlerFunc {
 // Answer judges one decoded AdmissionRequest exactly as the webhook does
 // and returns the AdmissionReview it would send, with the input and the
 // decision behind it. qnctl calls it, so offline answers are the server's.
-func Answer(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, mutating bool, now time.Time) (*admissionv1.AdmissionReview, *policies.Input, policies.Decision) {
+func Answer(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, path policies.Path, now time.Time) (*admissionv1.AdmissionReview, *policies.Input, policies.Decision) {
 	in, err := extractInput(req, now)
 	if err != nil {
 		dec := policies.BadRequest(err.Error())
-		return review(req.UID, dec, mutating), &policies.Input{Request: req}, dec
+		return review(req.UID, dec, path), &policies.Input{Request: req}, dec
 	}
 	var dec policies.Decision
-	if mutating {
+	if path == policies.PathMutate {
 		dec = d.Mutate(ctx, in)
 	} else {
 		dec = d.Validate(ctx, in)
 	}
-	return review(req.UID, dec, mutating), in, dec
+	return review(req.UID, dec, path), in, dec
 }
 
 // DecodeReview decodes an AdmissionReview body with the webhook's rules
@@ -137,13 +138,7 @@ func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 // Secret's data must not reach a log); reasons and warnings are ours.
 func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
 	elapsed := time.Since(start)
-	outcome := "allowed"
-	switch {
-	case d.Code >= 500:
-		outcome = "error"
-	case !d.Allowed:
-		outcome = "denied"
-	}
+	outcome := outcome(d)
 	if m := h.opts.Metrics; m != nil {
 		m.requests.WithLabelValues(webhook, d.Role, outcome, strconv.Itoa(int(d.Code))).Inc()
 		m.latency.WithLabelValues(webhook).Observe(elapsed.Seconds())
@@ -215,7 +210,7 @@ func recoverWithReview(logger *slog.Logger) gin.HandlerFunc {
 				return
 			}
 			d := policies.InternalError(fmt.Sprintf("qn-webhook failed while handling this request (internal error: %v); it keeps serving", p))
-			writeReview(c.Writer, http.StatusInternalServerError, review(uid, d, false))
+			writeReview(c.Writer, http.StatusInternalServerError, review(uid, d, policies.PathValidate))
 			c.Abort()
 		}()
 		c.Next()

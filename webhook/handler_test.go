@@ -186,34 +186,41 @@ func TestBadInputGetsAClearAnswer(t *testing.T) {
 
 func TestResponsesAreExact(t *testing.T) {
 	h := bundledHandler(t)
+	set, err := policies.Load(context.Background(), rego.Bundled(), policies.LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		path, body string
 		want       string
 	}{
 		"an admitted validation echoes the uid and carries no patch": {
 			path: "/validate", body: reviewBody("CREATE", validObject),
-			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200}}}`,
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"auditAnnotations":{"decision":"allowed","revision":"REV","role":"default","window":"1/600 per 60s by user"}}}`,
 		},
 		"a mutation sends a JSONPatch with its type": {
 			path: "/mutate", body: reviewBody("CREATE", validObject),
-			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"patch":"W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2xhYmVscyIsInZhbHVlIjp7InFuLmRldi9tYW5hZ2VkLWJ5IjoicW4tYWRtaXNzaW9uIn19XQ==","patchType":"JSONPatch"}}`,
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"patch":"W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2xhYmVscyIsInZhbHVlIjp7InFuLmRldi9tYW5hZ2VkLWJ5IjoicW4tYWRtaXNzaW9uIn19XQ==","patchType":"JSONPatch","auditAnnotations":{"decision":"allowed","revision":"REV","role":"default"}}}`,
 		},
 		"a mutation with nothing to change sends no patch": {
 			path: "/mutate", body: reviewBody("CREATE", strings.Replace(validObject, `"namespace":"edge"`, `"namespace":"edge","labels":{"qn.dev/managed-by":"qn-admission"}`, 1)),
-			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200}}}`,
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"auditAnnotations":{"decision":"allowed","revision":"REV","role":"default"}}}`,
 		},
 		"a denial is a 403 with every reason": {
 			path: "/validate", body: reviewBody("CREATE", strings.Replace(validObject, `[{"name":"mqtt","port":8883}]`, `[{"name":"mqtt","port":8883},{"name":"mqtt","port":8884}]`, 1)),
-			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":false,"status":{"metadata":{},"status":"Failure","message":"denied by qn-admission (role \"default\"): service name \"mqtt\" is declared 2 times (spec.services[0], spec.services[1]); service names must be unique","reason":"Forbidden","code":403}}}`,
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":false,"status":{"metadata":{},"status":"Failure","message":"denied by qn-admission (role \"default\"): service name \"mqtt\" is declared 2 times (spec.services[0], spec.services[1]); service names must be unique","reason":"Forbidden","code":403},"auditAnnotations":{"decision":"denied","revision":"REV","role":"default"}}}`,
 		},
 		"a warning is admitted with the warning": {
 			path: "/validate", body: reviewBody("CREATE", strings.Replace(validObject, "8883", "443", 1)),
-			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"warnings":["spec.services[0] (mqtt) uses privileged port 443: the edge node must allow binding ports below 1024"]}}`,
+			want: `{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","response":{"uid":"7f0b2d1c-0001","allowed":true,"status":{"metadata":{},"status":"Success","code":200},"auditAnnotations":{"decision":"allowed","revision":"REV","role":"default","window":"1/600 per 60s by user"},"warnings":["spec.services[0] (mqtt) uses privileged port 443: the edge node must allow binding ports below 1024"]}}`,
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			a := post(t, h, http.MethodPost, tc.path, "application/json", tc.body)
+			// The audit annotations name the policy revision; it is the
+			// bundled set's content hash.
+			tc.want = strings.Replace(tc.want, "REV", set.Revision, 1)
 			if a.status != 200 || a.raw != tc.want {
 				t.Fatalf("got %d %s\nwant     %s", a.status, a.raw, tc.want)
 			}
@@ -269,5 +276,29 @@ func TestContextExtraction(t *testing.T) {
 	}
 	if got.Object != nil || got.OldObject["kind"] != "QuantumNode" {
 		t.Fatalf("a DELETE has only oldObject decoded, got object=%v old=%v", got.Object, got.OldObject)
+	}
+}
+
+func TestA429TellsTheClientWhenToRetry(t *testing.T) {
+	cases := map[string]struct {
+		after time.Duration
+		want  int32
+	}{
+		"a fraction of a second rounds up to one second": {after: 300 * time.Millisecond, want: 1},
+		"a second and a bit rounds up to two":            {after: 1200 * time.Millisecond, want: 2},
+		"whole seconds stay as they are":                 {after: 60 * time.Second, want: 60},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := policies.TooManyRequests("rate window full")
+			d.RetryAfter = tc.after
+			r := review("uid-1", d, policies.PathValidate).Response
+			if r.Result.Details == nil || r.Result.Details.RetryAfterSeconds != tc.want || r.Result.Code != 429 {
+				t.Fatalf("status %+v, want retryAfterSeconds %d", r.Result, tc.want)
+			}
+		})
+	}
+	if r := review("uid-1", policies.Deny(403, "Forbidden", "no"), policies.PathValidate).Response; r.Result.Details != nil {
+		t.Errorf("a denial that is not a full window carries no retry time: %+v", r.Result.Details)
 	}
 }

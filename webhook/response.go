@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +15,7 @@ import (
 
 // review wraps a response in the AdmissionReview envelope the apiserver
 // expects: apiVersion, kind and the request's uid always echoed.
-func review(uid types.UID, d policies.Decision, mutating bool) *admissionv1.AdmissionReview {
+func review(uid types.UID, d policies.Decision, path policies.Path) *admissionv1.AdmissionReview {
 	resp := &admissionv1.AdmissionResponse{
 		UID:      uid,
 		Allowed:  d.Allowed,
@@ -29,9 +31,15 @@ func review(uid types.UID, d policies.Decision, mutating bool) *admissionv1.Admi
 	} else {
 		resp.Result.Status = metav1.StatusSuccess
 	}
+	// The apiserver turns retryAfterSeconds into a Retry-After header, so
+	// a client knows when the rate window has room again.
+	if d.RetryAfter > 0 {
+		resp.Result.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfterSeconds(d.RetryAfter)}
+	}
+	resp.AuditAnnotations = auditAnnotations(d)
 	// Only an admitted mutation carries a patch; a validating webhook that
 	// sent one would make the apiserver reject the response.
-	if mutating && d.Allowed && len(d.Patch) > 0 {
+	if path == policies.PathMutate && d.Allowed && len(d.Patch) > 0 {
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch = d.Patch
 		resp.PatchType = &pt
@@ -40,6 +48,44 @@ func review(uid types.UID, d policies.Decision, mutating bool) *admissionv1.Admi
 		TypeMeta: metav1.TypeMeta{APIVersion: reviewAPIVersion, Kind: reviewKind},
 		Response: resp,
 	}
+}
+
+// retryAfterSeconds rounds up, and is at least 1: a client told 0 would
+// retry at once into the same full window.
+func retryAfterSeconds(d time.Duration) int32 {
+	s := int32((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// auditAnnotations put the decision in the apiserver's audit log (prefixed
+// there with the webhook's name): who judged, with which policy revision,
+// what it decided, and the requester's window after the request.
+func auditAnnotations(d policies.Decision) map[string]string {
+	if d.Revision == "" {
+		return nil // refused before the engine ran: a malformed request
+	}
+	a := map[string]string{"revision": d.Revision, "decision": outcome(d)}
+	if d.Role != "" {
+		a["role"] = d.Role
+	}
+	if d.Exempt != "" {
+		a["exempt"] = d.Exempt
+	}
+	if w := d.Window; w != nil {
+		a["window"] = fmt.Sprintf("%d/%d per %gs by %s", w.Count, w.Limit, w.PeriodSeconds, w.Key)
+	}
+	return a
+}
+
+// outcome names a decision for logs, metrics and audit annotations.
+func outcome(d policies.Decision) string {
+	switch {
+	case d.Code >= 500:
+		return "error"
+	case !d.Allowed:
+		return "denied"
+	}
+	return "allowed"
 }
 
 // writeReview sends rev with an HTTP status. The apiserver reads a decision
@@ -66,7 +112,7 @@ func writeRequestError(w http.ResponseWriter, e *requestError) {
 	if e.uid != "" && e.status == http.StatusBadRequest {
 		status = http.StatusOK
 	}
-	writeReview(w, status, review(e.uid, d, false))
+	writeReview(w, status, review(e.uid, d, policies.PathValidate))
 }
 
 func reasonFor(status int) metav1.StatusReason {

@@ -42,6 +42,7 @@ type evalOptions struct {
 	Namespace     string
 	Resource      string
 	Role          string
+	OldRole       string
 	Old           string
 	Time          string
 	WindowCount   int
@@ -111,6 +112,7 @@ directory that does not load.`,
 	f.StringVarP(&o.Namespace, "namespace", "n", o.Namespace, "Namespace of the request (default: the object's, else default).")
 	f.StringVar(&o.Resource, "resource", o.Resource, "Resource of a plain object (default: quantumnodes for a QuantumNode, else the kind's plural).")
 	f.StringVar(&o.Role, "role", o.Role, "Role to judge under: sets the qn-role annotation on the object (overrides the one it has).")
+	f.StringVar(&o.OldRole, "old-role", o.OldRole, "With --old: sets the qn-role annotation on the old object, the role of the stored object that judges an UPDATE (to try a change of role).")
 	f.StringVar(&o.Old, "old", o.Old, "Old object (JSON or YAML) for an UPDATE.")
 	f.StringVar(&o.Time, "time", o.Time, "Time of the request, RFC 3339 (default now).")
 	f.IntVar(&o.WindowCount, "window-count", 0, "Changes the requester already made in the role's rate window, as if made at --time.")
@@ -194,7 +196,7 @@ func runEval(ctx context.Context, opts *Options, o *evalOptions, file string, ch
 	if err != nil {
 		return err
 	}
-	spec := &requestSpec{Input: input, Operation: o.Operation, Namespace: o.Namespace, Resource: o.Resource, Role: o.Role}
+	spec := &requestSpec{Input: input, Operation: o.Operation, Namespace: o.Namespace, Resource: o.Resource, Role: o.Role, OldRole: o.OldRole}
 	if changed("user") {
 		spec.User = &o.User
 	}

@@ -59,9 +59,14 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 			want:     []string{"window      namespace window: 2 of 2 changes per 30s used after this request, 0 remaining"},
 		},
 		"an operation the role may not perform is denied": {
+			args:     []string{valid, "--role", "strict", "--old", valid, "--old-role", "strict"},
+			wantCode: ExitFailed,
+			want:     []string{`the stored QuantumNode is under role "strict", which may not update it (it may CREATE)`},
+		},
+		"a change of role on UPDATE is judged by the stored role first": {
 			args:     []string{valid, "--role", "strict", "--old", valid},
 			wantCode: ExitFailed,
-			want:     []string{`role "strict" may not update QuantumNode; it may CREATE`},
+			want:     []string{`the stored QuantumNode is under role "standard", which does not let it move to role "strict" (roles.standard.moveTo lists none)`},
 		},
 		"DELETE judges the object as the old object": {
 			args:     []string{invalid, "--operation", "delete"},
@@ -221,7 +226,7 @@ func TestEvalJSONAndYAMLCarryTheDecisionAndTheReview(t *testing.T) {
 
 func TestEvalOverridesAReviewsFieldsWithFlags(t *testing.T) {
 	review := "../../test/testdata/review-valid.json"
-	code, out, _ := run(t, "", "eval", review, "-o", "json", "--webhook", "validate", "--user", "bob", "--group", "a", "--group", "b", "--namespace", "other", "--dry-run", "--role", "batch")
+	code, out, _ := run(t, "", "eval", review, "-o", "json", "--webhook", "validate", "--user", "bob", "--group", "a", "--group", "system:authenticated", "--namespace", "other", "--dry-run", "--role", "batch")
 	if code != ExitFailed {
 		t.Fatalf("exit %d: %s", code, out)
 	}

@@ -86,7 +86,7 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 	out := &outcome{}
 	req := rev.Request
 	if r.Webhook != WebhookValidate {
-		out.Mutate, err = d.answer(ctx, req, true, r.Now)
+		out.Mutate, err = d.answer(ctx, req, policies.PathMutate, r.Now)
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +106,7 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 		}
 		out.Patched = raw
 	}
-	out.Validate, err = d.answer(ctx, req, false, r.Now)
+	out.Validate, err = d.answer(ctx, req, policies.PathValidate, r.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ type explainingDecider struct {
 // Validate implements webhook.Decider.
 func (d *explainingDecider) Validate(ctx context.Context, in *policies.Input) policies.Decision {
 	if d.explain {
-		d.last, d.err = d.engine.Explain(ctx, in, false)
+		d.last, d.err = d.engine.Explain(ctx, in, policies.PathValidate)
 	}
 	return d.engine.Validate(ctx, in)
 }
@@ -153,14 +153,14 @@ func (d *explainingDecider) Validate(ctx context.Context, in *policies.Input) po
 // Mutate implements webhook.Decider.
 func (d *explainingDecider) Mutate(ctx context.Context, in *policies.Input) policies.Decision {
 	if d.explain {
-		d.last, d.err = d.engine.Explain(ctx, in, true)
+		d.last, d.err = d.engine.Explain(ctx, in, policies.PathMutate)
 	}
 	return d.engine.Mutate(ctx, in)
 }
 
-func (d *explainingDecider) answer(ctx context.Context, req *admissionv1.AdmissionRequest, mutating bool, now time.Time) (*webhookAnswer, error) {
+func (d *explainingDecider) answer(ctx context.Context, req *admissionv1.AdmissionRequest, path policies.Path, now time.Time) (*webhookAnswer, error) {
 	d.last, d.err = nil, nil
-	rev, _, dec := webhook.Answer(ctx, d, req, mutating, now)
+	rev, _, dec := webhook.Answer(ctx, d, req, path, now)
 	if d.err != nil {
 		return nil, fmt.Errorf("explain: %w", d.err)
 	}
@@ -170,11 +170,7 @@ func (d *explainingDecider) answer(ctx context.Context, req *admissionv1.Admissi
 	if err != nil {
 		return nil, fmt.Errorf("encode answer: %w", err)
 	}
-	name := WebhookValidate
-	if mutating {
-		name = WebhookMutate
-	}
-	return &webhookAnswer{Webhook: name, Request: req, Review: rev, Decision: dec, Wire: wire, Now: now, Explanation: d.last}, nil
+	return &webhookAnswer{Webhook: path.String(), Request: req, Review: rev, Decision: dec, Wire: wire, Now: now, Explanation: d.last}, nil
 }
 
 // prefilledStore is the server's in-process window store with every key

@@ -25,6 +25,9 @@ type explainJSON struct {
 	RoleLocation     string                `json:"roleLocation,omitempty"`
 	Operation        string                `json:"operation"`
 	OperationAllowed bool                  `json:"operationAllowed"`
+	StoredRole       string                `json:"storedRole,omitempty"`
+	Refusal          string                `json:"refusal,omitempty"`
+	RoleWarnings     []string              `json:"roleWarnings,omitempty"`
 	Operations       []string              `json:"operations,omitempty"`
 	Enforcement      string                `json:"enforcement,omitempty"`
 	WindowKey        string                `json:"windowKey,omitempty"`
@@ -58,8 +61,13 @@ type entryView struct {
 	Via []string `json:"via,omitempty"`
 }
 
-// roleFrom says where the role came from: "annotation" or "defaultRole".
+// roleFrom says where the role came from: "storedObject" (UPDATE and
+// DELETE are judged by the stored object's role), "annotation" or
+// "defaultRole".
 func roleFrom(x *policies.Explanation) string {
+	if x.StoredRole != "" && x.StoredRole == x.Role {
+		return "storedObject"
+	}
 	if x.RoleFromAnnotation {
 		return "annotation"
 	}
@@ -77,7 +85,8 @@ func explanationJSON(p *policySet, a *webhookAnswer, trace string) *explainJSON 
 	x := a.Explanation
 	j := &explainJSON{
 		Exempt: x.Exempt, Role: x.Role, RoleKnown: x.RoleKnown, Operation: x.Operation,
-		OperationAllowed: x.OperationAllowed, WindowKey: x.WindowKey, Window: x.Window,
+		OperationAllowed: x.OperationAllowed, StoredRole: x.StoredRole, Refusal: x.Refusal, RoleWarnings: x.Warnings,
+		WindowKey: x.WindowKey, Window: x.Window,
 		Evaluated: x.Evaluated, Rules: x.Rules, Packages: packageViews(x),
 	}
 	if x.Exempt == "" {
@@ -267,6 +276,8 @@ func writeRoleSteps(tw *textWriter, p *policySet, x *policies.Explanation) {
 		tw.field("role", fmt.Sprintf("%q, named by annotation %s, is not a role of %s (known: %s)",
 			x.Role, policies.RoleAnnotation, policies.RolesFile, strings.Join(p.Set.Roles.Names(), ", ")))
 		return
+	case roleFrom(x) == "storedObject":
+		tw.field("role", fmt.Sprintf("%s, the role of the stored object, which judges its %s (%s)", x.Role, x.Operation, p.roleLocation(x)))
 	case x.RoleFromAnnotation:
 		tw.field("role", fmt.Sprintf("%s, named by annotation %s=%s (%s)", x.Role, policies.RoleAnnotation, x.Role, p.roleLocation(x)))
 	default:
@@ -274,20 +285,29 @@ func writeRoleSteps(tw *textWriter, p *policySet, x *policies.Explanation) {
 	}
 	ops := strings.Join(x.Spec.Operations, ", ")
 	opsAt := p.rolesLine("roles." + x.Role + ".operations")
-	if !x.OperationAllowed {
-		tw.field("operation", fmt.Sprintf("%s is not allowed: role %s may %s (%s)", x.Operation, x.Role, ops, opsAt))
-		return
+	if x.StoredRole != "" && x.StoredRole != x.Role {
+		tw.field("stored role", fmt.Sprintf("%s; the change moves the object to role %s", x.StoredRole, x.Role))
 	}
-	tw.field("operation", fmt.Sprintf("%s is allowed: role %s may %s (%s)", x.Operation, x.Role, ops, opsAt))
+	for _, w := range x.Warnings {
+		tw.field("warning", w)
+	}
+	if !x.OperationAllowed {
+		tw.field("refused", x.Refusal)
+		if !x.Evaluated {
+			return
+		}
+	} else {
+		tw.field("operation", fmt.Sprintf("%s is allowed: role %s may %s (%s)", x.Operation, x.Role, ops, opsAt))
+	}
 	tw.field("enforcement", fmt.Sprintf("%s, onError %s", enforcement(x.Spec), onError(x.Spec)))
 	switch {
-	case x.Mutating:
+	case x.Path == policies.PathMutate:
 	case x.Window == nil:
 		tw.field("window", "none: the role has no rate window")
 	default:
 		w := x.Window
 		tw.field("window", fmt.Sprintf("%s (%s): %d of %d changes in the last %s before this request, %d remaining (input.context.window)",
-			x.WindowKey, w.Key, w.Count, w.Limit, seconds(w.PeriodSeconds), w.Remaining))
+			x.WindowKey, x.WindowSubject, w.Count, w.Limit, seconds(w.PeriodSeconds), w.Remaining))
 	}
 	tw.field("evaluated", fmt.Sprintf("%s rules of %s", joinAnd(x.Rules), strings.Join(x.Packages, ", ")))
 	if x.Err != nil {

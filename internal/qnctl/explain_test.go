@@ -23,7 +23,7 @@ func TestExplainGolden(t *testing.T) {
 		"a role named by annotation, with its own package and parameters": {
 			"explain/role-annotation.golden", []string{valid, "--role", "strict", "--user", "bob", "--webhook", "validate"}, ExitFailed},
 		"an operation the role may not perform stops before any policy": {
-			"explain/operation-denied.golden", []string{valid, "--role", "strict", "--old", valid, "--webhook", "validate"}, ExitFailed},
+			"explain/operation-denied.golden", []string{valid, "--role", "strict", "--old", valid, "--old-role", "strict", "--webhook", "validate"}, ExitFailed},
 		"an annotation that names no role": {
 			"explain/unknown-role.golden", []string{"testdata/inputs/node-unknown-role.yaml", "--webhook", "validate"}, ExitFailed},
 		"an exempt group is admitted without role, policies or window": {

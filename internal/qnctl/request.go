@@ -55,8 +55,11 @@ type requestSpec struct {
 	Resource  string
 	// Role sets the qn-role annotation on the object the webhook reads the
 	// role from, as if the user had written it.
-	Role   string
-	DryRun *bool
+	Role string
+	// OldRole sets the qn-role annotation on the old object (UPDATE), to
+	// judge a change of role: the stored object's role judges the update.
+	OldRole string
+	DryRun  *bool
 }
 
 // readDocument reads one file ("-" is stdin) and turns it into JSON: a JSON
@@ -194,8 +197,8 @@ func (s *requestSpec) fromReview() ([]byte, error) {
 	if s.Old != nil {
 		r.OldObject, changed = runtime.RawExtension{Raw: s.Old.JSON}, true
 	}
-	if s.Role != "" {
-		setRole(r, s.Role)
+	if s.Role != "" || s.OldRole != "" {
+		s.setRoles(r)
 		changed = true
 	}
 	if !changed {
@@ -280,9 +283,7 @@ func (s *requestSpec) fromObject() ([]byte, error) {
 			r.OldObject = runtime.RawExtension{Raw: s.Old.JSON}
 		}
 	}
-	if s.Role != "" {
-		setRole(r, s.Role)
-	}
+	s.setRoles(r)
 	return json.Marshal(&admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request:  r,
@@ -319,15 +320,26 @@ func parseOperation(s string) (admissionv1.Operation, error) {
 	return "", usagef("operation %q is not one of %s", s, strings.Join(operations, ", "))
 }
 
-// setRole writes the qn-role annotation into the object the webhook reads
-// the role from (the object; the old object of a DELETE). An object that
-// does not decode strictly is left alone: the webhook refuses it anyway,
-// and rewriting it would hide the problem (a duplicate key, say).
-func setRole(r *admissionv1.AdmissionRequest, role string) {
-	target := &r.Object
-	if len(bytes.TrimSpace(r.Object.Raw)) == 0 || string(bytes.TrimSpace(r.Object.Raw)) == "null" {
-		target = &r.OldObject
+// setRoles writes the qn-role annotations: Role into the object (the old
+// object of a DELETE, which carries no object), OldRole into the old
+// object.
+func (s *requestSpec) setRoles(r *admissionv1.AdmissionRequest) {
+	if s.Role != "" {
+		target := &r.Object
+		if len(bytes.TrimSpace(r.Object.Raw)) == 0 || string(bytes.TrimSpace(r.Object.Raw)) == "null" {
+			target = &r.OldObject
+		}
+		setRole(target, s.Role)
 	}
+	if s.OldRole != "" && len(bytes.TrimSpace(r.OldObject.Raw)) > 0 {
+		setRole(&r.OldObject, s.OldRole)
+	}
+}
+
+// setRole writes the qn-role annotation into target. An object that does
+// not decode strictly is left alone: the webhook refuses it anyway, and
+// rewriting it would hide the problem (a duplicate key, say).
+func setRole(target *runtime.RawExtension, role string) {
 	var obj map[string]any
 	strictErrs, err := kjson.UnmarshalStrict(target.Raw, &obj, kjson.DisallowDuplicateFields)
 	if err != nil || len(strictErrs) > 0 || obj == nil {

@@ -59,7 +59,7 @@ func BenchmarkStageContext(b *testing.B) {
 		b.Run(strings.TrimSuffix(f.Name, ".json"), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if out, _, _ := webhook.Answer(context.Background(), admitAll{}, rev.Request, false, now); !out.Response.Allowed {
+				if out, _, _ := webhook.Answer(context.Background(), admitAll{}, rev.Request, policies.PathValidate, now); !out.Response.Allowed {
 					b.Fatal(out.Response.Result.Message)
 				}
 			}
