@@ -14,7 +14,12 @@ K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 CACHE_ROOT="${QN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/qn-admission}"
 OUT="$CACHE_ROOT/k8s/$K8S_VERSION"
 
-if [[ -x "$OUT/kube-apiserver" && -x "$OUT/etcd" && -x "$OUT/kubectl" ]]; then
+# kube-controller-manager runs the namespace controller and the garbage
+# collector for the tests that delete namespaces and cascade owners.
+BINARIES=(kube-apiserver etcd kubectl kube-controller-manager)
+missing=()
+for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || missing+=("$b"); done
+if [[ ${#missing[@]} -eq 0 ]]; then
   echo "$OUT"
   exit 0
 fi
@@ -24,7 +29,7 @@ staging_minor="v0.${K8S_VERSION#v1.}"   # v1.36.3 -> v0.36.3
 work="$(mktemp -d "${TMPDIR:-/tmp}/qn-k8s-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-log "building kube-apiserver, etcd, kubectl $K8S_VERSION into $OUT (cold build: ~10 min)"
+log "building ${missing[*]} $K8S_VERSION into $OUT (cold build: ~10 min)"
 cd "$work"
 go mod init qn.local/k8sbins >/dev/null 2>&1
 
@@ -52,18 +57,25 @@ package tools
 import (
 	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
 
 minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-mkdir -p "$OUT.partial"
+mkdir -p "$OUT"
 go mod tidy -e >/dev/null 2>&1 || true
-go build -mod=mod -trimpath -ldflags "$ldflags" -o "$OUT.partial/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-go build -mod=mod -trimpath -ldflags "$ldflags" -o "$OUT.partial/kubectl" k8s.io/kubernetes/cmd/kubectl
-go build -mod=mod -trimpath -ldflags "-s -w" -o "$OUT.partial/etcd" go.etcd.io/etcd/server/v3
-rm -rf "$OUT"
-mv "$OUT.partial" "$OUT"
+# Only what is missing is built; each binary lands by rename, so an
+# interrupted build never leaves a half-written one in the cache.
+for b in "${missing[@]}"; do
+  case "$b" in
+    etcd) pkg=go.etcd.io/etcd/server/v3; flags="-s -w" ;;
+    *) pkg="k8s.io/kubernetes/cmd/$b"; flags="$ldflags" ;;
+  esac
+  log "building $b"
+  go build -mod=mod -trimpath -ldflags "$flags" -o "$OUT/.$b.partial" "$pkg"
+  mv "$OUT/.$b.partial" "$OUT/$b"
+done
 log "done: $("$OUT/kube-apiserver" --version 2>&1)"
 echo "$OUT"

@@ -68,7 +68,7 @@ func TestWebhookConfigurationsFailSafeWithTheWebhookDown(t *testing.T) {
 	ctx := context.Background()
 	ensureNamespace(t, c, releaseNS, nil)
 	ensureNamespace(t, c, "team-a", nil)
-	ensureNamespace(t, c, "team-b", map[string]string{"qn.dev/admission": "disabled"})
+	ensureNamespace(t, c, "team-b", nil)
 
 	apply := func(snippet string) {
 		t.Helper()
@@ -130,7 +130,7 @@ func TestWebhookConfigurationsFailSafeWithTheWebhookDown(t *testing.T) {
 	}
 
 	// failurePolicy Fail (the default), nothing serving.
-	apply("")
+	apply("webhook: {namespaceSelector: {excludeNamespaces: [kube-system, team-b]}}")
 	eventually("the configurations take effect", refused("team-a"))
 	for _, ns := range []string{releaseNS, "kube-system", "team-b"} {
 		if err := admitted(ns)(); err != nil {
@@ -141,11 +141,24 @@ func TestWebhookConfigurationsFailSafeWithTheWebhookDown(t *testing.T) {
 		t.Errorf("a ConfigMap in team-a was refused: the webhooks reach beyond QuantumNodes: %v", err)
 	}
 
-	// Emergency switch 1: opt one namespace out by label.
+	// No namespace editor can opt out: neither the old opt-out label nor a
+	// forged kubernetes.io/metadata.name (the API server keeps it equal to
+	// the name) keeps writes away from the webhook.
 	kubectl(t, c, "", "label", "namespace", "team-a", "qn.dev/admission=disabled")
-	eventually("team-a labelled qn.dev/admission=disabled", admitted("team-a"))
+	kubectl(t, c, "", "label", "namespace", "team-a", "kubernetes.io/metadata.name=kube-system", "--overwrite")
+	if got := kubectl(t, c, "", "get", "namespace", "team-a", "-o", "jsonpath={.metadata.labels.kubernetes\\.io/metadata\\.name}"); got != "team-a" {
+		t.Errorf("kubernetes.io/metadata.name of team-a is %q after a forged label", got)
+	}
+	if err := refused("team-a")(); err != nil {
+		t.Errorf("a namespace editor's label opted team-a out: %v", err)
+	}
 	kubectl(t, c, "", "label", "namespace", "team-a", "qn.dev/admission-")
-	eventually("the label removed", refused("team-a"))
+
+	// Emergency switch 1: exclude one namespace through the values.
+	apply("webhook: {namespaceSelector: {excludeNamespaces: [kube-system, team-a]}}")
+	eventually("team-a excluded through the values", admitted("team-a"))
+	apply("")
+	eventually("team-a judged again", refused("team-a"))
 
 	// Emergency switch 2: failurePolicy Ignore through the values.
 	apply("webhook: {failurePolicy: Ignore}")

@@ -85,7 +85,7 @@ func TestDefaultsAreFailSafe(t *testing.T) {
 				}
 			}
 		},
-		"kube-system, the release namespace and opted-out namespaces are never sent": func(t *testing.T) {
+		"kube-system and the release namespace are never sent, and no label opts a namespace out": func(t *testing.T) {
 			for _, w := range webhooks(t, rel) {
 				sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
 				if err != nil {
@@ -95,7 +95,7 @@ func TestDefaultsAreFailSafe(t *testing.T) {
 					"kube-system":                       false,
 					releaseNS:                           false,
 					"team-a":                            true,
-					"team-a,qn.dev/admission=disabled":  false,
+					"team-a,qn.dev/admission=disabled":  true, // a label any namespace editor may set is no opt-out
 					"team-a,qn.dev/admission=enabled":   true,
 					"default":                           true,
 					"kube-public":                       true, // only what is listed is excluded
@@ -377,7 +377,7 @@ func TestDefaultsAreFailSafe(t *testing.T) {
 				"kubectl apply --dry-run=server",
 				"webhook.failurePolicy=Ignore",
 				"kubectl delete validatingwebhookconfiguration,mutatingwebhookconfiguration " + fullname,
-				"kube-system", "qn.dev/admission=disabled",
+				"kube-system", "excludeNamespaces={kube-system,<namespace>}",
 			} {
 				if !strings.Contains(rel.Notes, want) {
 					t.Errorf("NOTES.txt lacks %q:\n%s", want, rel.Notes)

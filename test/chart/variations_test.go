@@ -239,13 +239,13 @@ var variations = map[string]struct {
 			}
 		},
 	},
-	"more namespaces excluded and a label of your own for the opt-out": {
-		values: "webhook: {namespaceSelector: {excludeNamespaces: [kube-system, monitoring], optOutLabel: {key: admission.example.com/qn, value: skip}}}",
+	"more namespaces excluded through the values": {
+		values: "webhook: {namespaceSelector: {excludeNamespaces: [kube-system, monitoring]}}",
 		check: func(t *testing.T, rel *Release) {
 			for _, w := range webhooks(t, rel) {
 				sel, _ := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
 				for ns, want := range map[string]bool{"monitoring": false, "kube-system": false, releaseNS: false,
-					"team-a,admission.example.com/qn=skip": false, "team-a,qn.dev/admission=disabled": true, "team-a": true} {
+					"team-a,admission.example.com/qn=skip": true, "team-a,qn.dev/admission=disabled": true, "team-a": true} {
 					if sel.Matches(namespaceLabels(ns)) != want {
 						t.Errorf("%s: namespace %s sent=%v", w.Name, ns, !want)
 					}

@@ -37,8 +37,25 @@ type Cluster struct {
 	// AsKubectlUser is a client with kubectl's identity, for tests where
 	// who makes a change matters (rate windows are per user).
 	AsKubectlUser dynamic.Interface
-	dir           string
+	// AuditLog is the apiserver's audit log (QuantumNode requests at
+	// Metadata level), where webhook audit annotations land.
+	AuditLog string
+	dir      string
+	// controllerManager runs once a test asks for it (see
+	// StartControllerManager).
+	controllerManager *managedProcess
 }
+
+// auditPolicy logs QuantumNode requests with their metadata and audit
+// annotations, and nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  resources: [{group: qn.dev, resources: [quantumnodes]}]
+- level: None
+`
 
 // AssetsDir is where the kube-apiserver, etcd and kubectl binaries are.
 func AssetsDir() (string, error) {
@@ -46,7 +63,7 @@ func AssetsDir() (string, error) {
 	if dir == "" {
 		return "", fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
 	}
-	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl"} {
+	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
 			return "", fmt.Errorf("KUBEBUILDER_ASSETS=%s lacks %s: run ./hack/k8s-bins.sh", dir, bin)
 		}
@@ -70,18 +87,29 @@ func StartCluster() (*Cluster, error) {
 		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{qnCRD},
 		ErrorIfCRDPathMissing: true,
 	}
+	dir, err := os.MkdirTemp("", "qn-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	policyFile := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
+	auditLog := filepath.Join(dir, "audit.log")
+	env.ControlPlane.GetAPIServer().Configure().
+		Append("audit-policy-file", policyFile).
+		Append("audit-log-path", auditLog).
+		Append("audit-log-mode", "blocking")
 	cfg, err := env.Start()
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", assets, err)
 	}
-	c := &Cluster{Env: env, Config: cfg, Kubectl: filepath.Join(assets, "kubectl")}
+	c := &Cluster{Env: env, Config: cfg, Kubectl: filepath.Join(assets, "kubectl"), dir: dir, AuditLog: auditLog}
 	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, c.stopWith(err)
 	}
 	if c.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		return nil, c.stopWith(err)
-	}
-	if c.dir, err = os.MkdirTemp("", "qn-e2e-"); err != nil {
 		return nil, c.stopWith(err)
 	}
 	admin, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
@@ -113,6 +141,7 @@ func (c *Cluster) stopWith(err error) error {
 
 // Stop shuts the control plane down and removes its files.
 func (c *Cluster) Stop() error {
+	c.controllerManager.stop()
 	if c.dir != "" {
 		os.RemoveAll(c.dir)
 	}

@@ -22,39 +22,6 @@ func realtimeQN(name string) *unstructured.Unstructured {
 	return o
 }
 
-// TestRealtimeWindowRefusesThe121stChange: one user, 121 QuantumNode
-// changes under realtime (120 per 60 s) inside one window.
-func TestRealtimeWindowRefusesThe121stChange(t *testing.T) {
-	registered(t)
-	ctx := context.Background()
-	start := time.Now()
-	for i := 1; i <= 120; i++ {
-		if _, err := createQN(ctx, cluster.AsKubectlUser, namespace, realtimeQN(fmt.Sprintf("rt-%03d", i)), false); err != nil {
-			t.Fatalf("realtime change %d of 120 should be admitted: %v", i, err)
-		}
-	}
-	manifest := `apiVersion: qn.dev/v1alpha1
-kind: QuantumNode
-metadata:
-  name: rt-121
-  annotations: {qn-role: realtime, qn.dev/latency-budget-ms: "20"}
-  labels: {topology.kubernetes.io/zone: cn-shanghai}
-spec:
-  hardware: {arch: arm64}
-  services: [{name: mqtt, port: 8883}]
-`
-	out, err := cluster.RunKubectl(ctx, manifest, "create", "-n", namespace, "-f", "-")
-	elapsed := time.Since(start)
-	if elapsed > 55*time.Second {
-		t.Fatalf("121 changes took %s: they no longer fit in one 60 s window, so this test proves nothing; kubectl printed:\n%s", elapsed, out)
-	}
-	want := `Error from server (TooManyRequests): error when creating "STDIN": admission webhook "validate.qn-admission.qn.dev" denied the request: rate window full: role "realtime" allows 120 changes per 1m0s per user;`
-	if err == nil || !strings.HasPrefix(strings.TrimSpace(out), want) || !strings.Contains(out, "has made 120 in the last 1m0s; a slot frees in") {
-		t.Fatalf("the 121st realtime change must be refused with 429:\n got %s\nwant %s...", out, want)
-	}
-	t.Logf("121 changes in %s; kubectl printed:\n%s", elapsed.Round(time.Millisecond), out)
-}
-
 func TestBatchWithoutLowPriorityIsRefused(t *testing.T) {
 	registered(t)
 	o := qn("batch-high", "amd64", svc("job", 9000))

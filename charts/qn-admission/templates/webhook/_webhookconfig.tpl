@@ -35,14 +35,14 @@ rules:
     scope: Namespaced
 # Requests for another version of QuantumNodes are converted and sent too.
 matchPolicy: Equivalent
+# Only an exclusion list in the values (who controls the release decides):
+# kubernetes.io/metadata.name is set by the API server from the namespace's
+# name and cannot be changed, unlike a label any namespace editor may set.
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ prepend $w.namespaceSelector.excludeNamespaces .root.Release.Namespace | uniq | toJson }}
-    - key: {{ $w.namespaceSelector.optOutLabel.key }}
-      operator: NotIn
-      values: [{{ $w.namespaceSelector.optOutLabel.value | quote }}]
 failurePolicy: {{ $w.failurePolicy }}
 sideEffects: None
 timeoutSeconds: {{ $w.timeoutSeconds }}
