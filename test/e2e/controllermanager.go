@@ -115,4 +115,3 @@ func lastLines(s string, n int) string {
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }
-
