@@ -192,26 +192,29 @@ func runEval(ctx context.Context, opts *Options, o *evalOptions, file string, ch
 	if err != nil {
 		return err
 	}
-	input, err := readDocument(file, s.In)
+	inputs, err := readDocuments(file, s.In)
 	if err != nil {
 		return err
 	}
-	spec := &requestSpec{Input: input, Operation: o.Operation, Namespace: o.Namespace, Resource: o.Resource, Role: o.Role, OldRole: o.OldRole}
+	base := requestSpec{Operation: o.Operation, Namespace: o.Namespace, Resource: o.Resource, Role: o.Role, OldRole: o.OldRole}
 	if changed("user") {
-		spec.User = &o.User
+		base.User = &o.User
 	}
 	if changed("group") {
-		spec.Groups = o.Groups
+		base.Groups = o.Groups
 	}
 	if changed("dry-run") {
-		spec.DryRun = &o.DryRun
+		base.DryRun = &o.DryRun
 	}
 	if o.Old != "" {
+		if len(inputs) > 1 {
+			return usagef("--old judges one UPDATE; %s holds %d objects", file, len(inputs))
+		}
 		old, err := readDocument(o.Old, s.In)
 		if err != nil {
 			return err
 		}
-		spec.Old = &old
+		base.Old = &old
 	}
 	p, err := loadPolicies(ctx, o.PolicyDir, opts, o.SkipRegoTests)
 	if err != nil {
@@ -220,21 +223,87 @@ func runEval(ctx context.Context, opts *Options, o *evalOptions, file string, ch
 	if err := checkRole(p, o.Role); err != nil {
 		return err
 	}
-	review, err := spec.reviewBytes()
-	if err != nil {
+	// Each object of a List or a YAML stream is judged on its own, as
+	// the server judges each object kubectl sends; any denial fails.
+	outcomes := make([]*outcome, 0, len(inputs))
+	for _, input := range inputs {
+		spec := base
+		spec.Input = input
+		review, err := spec.reviewBytes()
+		if err != nil {
+			return err
+		}
+		out, err := evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: o.Webhook, Now: now, WindowCount: o.WindowCount, Explain: o.Explain})
+		if err != nil {
+			return fmt.Errorf("%s: %w", input.Name, err)
+		}
+		out.Source = input.Name
+		outcomes = append(outcomes, out)
+	}
+	if err := writeEvals(s.Out, p, outcomes, o); err != nil {
 		return err
 	}
-	out, err := evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: o.Webhook, Now: now, WindowCount: o.WindowCount, Explain: o.Explain})
-	if err != nil {
-		return fmt.Errorf("%s: %w", input.Name, err)
-	}
-	if err := writeEval(s.Out, p, out, o); err != nil {
-		return err
-	}
-	if !out.final().Decision.Allowed {
-		return failed()
+	for _, out := range outcomes {
+		if !out.final().Decision.Allowed {
+			return failed()
+		}
 	}
 	return nil
+}
+
+// writeEvals prints one answer, or, for several objects, each under the
+// name of where it stands and a count at the end (text), or all of them as
+// one list (json, yaml).
+func writeEvals(w io.Writer, p *policySet, outs []*outcome, o *evalOptions) error {
+	if len(outs) == 1 {
+		return writeEval(w, p, outs[0], o)
+	}
+	switch o.Output {
+	case outputJSON, outputYAML:
+		docs := make([]any, 0, len(outs))
+		for _, out := range outs {
+			doc, err := evalDocument(p, out, o)
+			if err != nil {
+				return err
+			}
+			docs = append(docs, map[string]any{"source": out.Source, "result": doc})
+		}
+		js, err := json.MarshalIndent(docs, "", "  ")
+		if err != nil {
+			return err
+		}
+		if o.Output == outputYAML {
+			if js, err = yaml.JSONToYAML(js); err != nil {
+				return err
+			}
+			_, err = w.Write(js)
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", js)
+		return err
+	case outputReview:
+		for _, out := range outs {
+			if err := writeEval(w, p, out, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	denied := 0
+	for i, out := range outs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "== %s\n", out.Source)
+		if err := writeEval(w, p, out, o); err != nil {
+			return err
+		}
+		if !out.final().Decision.Allowed {
+			denied++
+		}
+	}
+	_, err := fmt.Fprintf(w, "\n%d objects: %d admitted, %d denied\n", len(outs), len(outs)-denied, denied)
+	return err
 }
 
 // checkRole refuses a --role (or fixture role) the role table lacks: a

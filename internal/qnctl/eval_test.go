@@ -19,6 +19,27 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 		want     []string
 		wantNot  []string
 	}{
+		"a List is judged item by item and one denied item fails it": {
+			args:     []string{"testdata/inputs/list.yaml", "--webhook", "validate"},
+			wantCode: ExitFailed,
+			want: []string{
+				"== testdata/inputs/list.yaml: items[0]\nvalidating webhook: allowed (200)",
+				"== testdata/inputs/list.yaml: items[1]\nvalidating webhook: DENIED (403 Forbidden)",
+				"spec.hardware.arch must be amd64 or arm64",
+				"2 objects: 1 admitted, 1 denied",
+			},
+		},
+		"a YAML stream is judged document by document": {
+			args:     []string{"testdata/inputs/stream.yaml", "--webhook", "validate"},
+			wantCode: ExitOK,
+			want:     []string{"== testdata/inputs/stream.yaml (document 2)", "2 objects: 2 admitted, 0 denied"},
+		},
+		"a List read from stdin": {
+			args:     []string{"-", "--webhook", "validate"},
+			stdin:    `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"x","namespace":"demo"},"spec":{"hardware":{"arch":"riscv"}}}]}`,
+			wantCode: ExitFailed,
+			want:     []string{"validating webhook: DENIED (403 Forbidden)"},
+		},
 		"a valid object is admitted, patched and warned about": {
 			args:     []string{valid},
 			wantCode: ExitOK,
@@ -132,26 +153,28 @@ func TestEvalBadInputIsAClearErrorWithExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		"an unreadable file":               {[]string{"testdata/inputs/no-such-file.yaml"}, "read testdata/inputs/no-such-file.yaml: no such file or directory"},
-		"invalid YAML names file and line": {[]string{"testdata/inputs/invalid.yaml"}, "testdata/inputs/invalid.yaml:4: not valid YAML"},
-		"invalid JSON names file and line": {[]string{writeFile(t, "bad.json", "{\n  \"a\": ,\n}")}, "bad.json is not valid JSON: line 2: invalid character"},
-		"a review without a request":       {[]string{"testdata/inputs/review-no-request.json"}, "review-no-request.json: AdmissionReview has no request"},
-		"an object without apiVersion":     {[]string{writeFile(t, "o.yaml", "metadata: {name: x}\n")}, "o.yaml has no apiVersion and kind"},
-		"two documents in one file":        {[]string{writeFile(t, "two.yaml", "kind: A\n---\nkind: B\n")}, "two.yaml holds 2 YAML documents"},
-		"an empty file":                    {[]string{writeFile(t, "empty.yaml", "\n")}, "empty.yaml is empty"},
-		"an unknown role":                  {[]string{"testdata/inputs/node-valid.yaml", "--role", "fast"}, `role "fast" is not in roles.yaml (testdata/policies); known roles: standard, strict`},
-		"a broken policy directory":        {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", broken}, "nodes.rego:4: rego_parse_error"},
-		"a missing policy directory":       {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", "testdata/nope"}, "policy directory testdata/nope: no such file or directory"},
-		"an unknown operation":             {[]string{"testdata/inputs/node-valid.yaml", "--operation", "PATCH"}, `operation "PATCH" is not one of CREATE, UPDATE, DELETE, CONNECT`},
-		"a time that is not RFC 3339":      {[]string{"testdata/inputs/node-valid.yaml", "--time", "yesterday"}, `--time "yesterday" is not an RFC 3339 time`},
-		"a negative window count":          {[]string{"testdata/inputs/node-valid.yaml", "--window-count", "-1"}, "--window-count -1 is negative"},
-		"an unknown output":                {[]string{"testdata/inputs/node-valid.yaml", "-o", "xml"}, `--output "xml" is not one of text, json, yaml, review`},
-		"an unknown trace filter":          {[]string{"testdata/inputs/node-valid.yaml", "--trace=all"}, `--trace "all" is not one of full, fails, notes`},
-		"--old with DELETE":                {[]string{"testdata/inputs/node-valid.yaml", "--operation", "DELETE", "--old", "testdata/inputs/node-valid.yaml"}, "--old does not apply to DELETE"},
-		"--resource with a review":         {[]string{"testdata/inputs/review-kind-mismatch.json", "--resource", "x"}, "--resource applies to a plain object"},
-		"no file":                          {nil, "accepts 1 arg(s), received 0"},
-		"an unknown flag":                  {[]string{"x", "--bogus"}, "unknown flag: --bogus"},
-		"a policy whose Rego tests fail":   {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})}, "1 of 1 Rego tests failed: nodes_test.rego:3"},
+		"an unreadable file":                         {[]string{"testdata/inputs/no-such-file.yaml"}, "read testdata/inputs/no-such-file.yaml: no such file or directory"},
+		"invalid YAML names file and line":           {[]string{"testdata/inputs/invalid.yaml"}, "testdata/inputs/invalid.yaml:4: not valid YAML"},
+		"invalid JSON names file and line":           {[]string{writeFile(t, "bad.json", "{\n  \"a\": ,\n}")}, "bad.json is not valid JSON: line 2: invalid character"},
+		"a review without a request":                 {[]string{"testdata/inputs/review-no-request.json"}, "review-no-request.json: AdmissionReview has no request"},
+		"an object without apiVersion":               {[]string{writeFile(t, "o.yaml", "metadata: {name: x}\n")}, "o.yaml has no apiVersion and kind"},
+		"a stream whose first document is no object": {[]string{writeFile(t, "two.yaml", "kind: A\n---\nkind: B\n")}, "two.yaml (document 1) has no apiVersion and kind"},
+		"an empty List":                              {[]string{writeFile(t, "empty-list.yaml", "apiVersion: v1\nkind: List\nitems: []\n")}, "empty-list.yaml is a List with no items; nothing to judge"},
+		"--old with several objects":                 {[]string{"testdata/inputs/list.yaml", "--old", "testdata/inputs/node-valid.yaml"}, "--old judges one UPDATE; testdata/inputs/list.yaml holds 2 objects"},
+		"an empty file":                              {[]string{writeFile(t, "empty.yaml", "\n")}, "empty.yaml is empty"},
+		"an unknown role":                            {[]string{"testdata/inputs/node-valid.yaml", "--role", "fast"}, `role "fast" is not in roles.yaml (testdata/policies); known roles: standard, strict`},
+		"a broken policy directory":                  {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", broken}, "nodes.rego:4: rego_parse_error"},
+		"a missing policy directory":                 {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", "testdata/nope"}, "policy directory testdata/nope: no such file or directory"},
+		"an unknown operation":                       {[]string{"testdata/inputs/node-valid.yaml", "--operation", "PATCH"}, `operation "PATCH" is not one of CREATE, UPDATE, DELETE, CONNECT`},
+		"a time that is not RFC 3339":                {[]string{"testdata/inputs/node-valid.yaml", "--time", "yesterday"}, `--time "yesterday" is not an RFC 3339 time`},
+		"a negative window count":                    {[]string{"testdata/inputs/node-valid.yaml", "--window-count", "-1"}, "--window-count -1 is negative"},
+		"an unknown output":                          {[]string{"testdata/inputs/node-valid.yaml", "-o", "xml"}, `--output "xml" is not one of text, json, yaml, review`},
+		"an unknown trace filter":                    {[]string{"testdata/inputs/node-valid.yaml", "--trace=all"}, `--trace "all" is not one of full, fails, notes`},
+		"--old with DELETE":                          {[]string{"testdata/inputs/node-valid.yaml", "--operation", "DELETE", "--old", "testdata/inputs/node-valid.yaml"}, "--old does not apply to DELETE"},
+		"--resource with a review":                   {[]string{"testdata/inputs/review-kind-mismatch.json", "--resource", "x"}, "--resource applies to a plain object"},
+		"no file":                                    {nil, "accepts 1 arg(s), received 0"},
+		"an unknown flag":                            {[]string{"x", "--bogus"}, "unknown flag: --bogus"},
+		"a policy whose Rego tests fail":             {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})}, "1 of 1 Rego tests failed: nodes_test.rego:3"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

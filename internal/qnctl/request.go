@@ -66,11 +66,83 @@ type requestSpec struct {
 // file as it is (so the webhook's strict decoding sees the real bytes), a
 // YAML file through a strict conversion that refuses duplicate keys.
 func readDocument(name string, stdin io.Reader) (document, error) {
+	name, src, err := readSource(name, stdin)
+	if err != nil {
+		return document{}, err
+	}
+	return parseDocument(name, src)
+}
+
+// readDocuments reads a file that may hold several objects, as kubectl
+// writes and reads them: a multi-document YAML stream, or a kind: List
+// (what `kubectl get qn -o yaml` prints). Each object is one document,
+// named by where it stands in the file.
+func readDocuments(name string, stdin io.Reader) ([]document, error) {
+	name, src, err := readSource(name, stdin)
+	if err != nil {
+		return nil, err
+	}
+	parts := [][]byte{src}
+	if t := bytes.TrimSpace(src); len(t) > 0 && t[0] != '{' {
+		parts = parts[:0]
+		for _, part := range yamlSeparator.Split(string(src), -1) {
+			if strings.TrimSpace(stripComments(part)) != "" {
+				parts = append(parts, []byte(part))
+			}
+		}
+		if len(parts) == 0 {
+			parts = [][]byte{src}
+		}
+	}
+	var docs []document
+	for i, part := range parts {
+		partName := name
+		if len(parts) > 1 {
+			partName = fmt.Sprintf("%s (document %d)", name, i+1)
+		}
+		doc, err := parseDocument(partName, part)
+		if err != nil {
+			return nil, err
+		}
+		items, err := listItems(doc)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, items...)
+	}
+	return docs, nil
+}
+
+// listItems expands a kind: List (or a typed list such as QuantumNodeList)
+// into its items; any other document is itself.
+func listItems(doc document) ([]document, error) {
+	var list struct {
+		Kind  string            `json:"kind"`
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(doc.JSON, &list); err != nil || !strings.HasSuffix(list.Kind, "List") {
+		return []document{doc}, nil
+	}
+	if len(list.Items) == 0 {
+		return nil, fmt.Errorf("%s is a %s with no items; nothing to judge", doc.Name, list.Kind)
+	}
+	items := make([]document, 0, len(list.Items))
+	for i, raw := range list.Items {
+		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+			return nil, fmt.Errorf("%s: items[%d] is not an object", doc.Name, i)
+		}
+		items = append(items, document{Name: fmt.Sprintf("%s: items[%d]", doc.Name, i), JSON: raw})
+	}
+	return items, nil
+}
+
+// readSource reads a file, or stdin for "-".
+func readSource(name string, stdin io.Reader) (string, []byte, error) {
 	var src []byte
 	var err error
 	if name == "-" {
 		if stdin == nil {
-			return document{}, fmt.Errorf("stdin (-) is not available here; name a file")
+			return name, nil, fmt.Errorf("stdin (-) is not available here; name a file")
 		}
 		src, err = io.ReadAll(stdin)
 		name = "stdin"
@@ -78,9 +150,9 @@ func readDocument(name string, stdin io.Reader) (document, error) {
 		src, err = os.ReadFile(name)
 	}
 	if err != nil {
-		return document{}, fmt.Errorf("read %s: %w", name, unwrapPathError(err))
+		return name, nil, fmt.Errorf("read %s: %w", name, unwrapPathError(err))
 	}
-	return parseDocument(name, src)
+	return name, src, nil
 }
 
 var yamlSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
