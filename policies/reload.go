@@ -121,9 +121,19 @@ func (r *Reloader) Run(ctx context.Context, engine *Engine) error {
 	return r.watcher.Run(ctx, func(ctx context.Context) { _ = r.Reload(ctx) })
 }
 
-// Status reports the revision being served and the error of the last
-// reload (nil when it succeeded), for readiness detail.
-func (r *Reloader) Status() (revision string, lastErr error, lastAttempt time.Time) {
+// Status says which revision is served and, when the last reload failed,
+// when and why: readiness detail.
+func (r *Reloader) Status() string {
+	revision, lastErr, at := r.LastReload()
+	if lastErr != nil {
+		return fmt.Sprintf("serving %s; the last reload (%s) failed and was not applied: %v", revision, at.UTC().Format(time.RFC3339), lastErr)
+	}
+	return "serving " + revision
+}
+
+// LastReload reports the revision being served and the outcome of the last
+// reload: its error (nil when it succeeded) and when it started.
+func (r *Reloader) LastReload() (revision string, lastErr error, lastAttempt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.engine.Load(); e != nil && e.Current() != nil {

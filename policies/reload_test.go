@@ -93,8 +93,8 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 	v1 := engine.Current().Revision
 	// Broken: a syntax error. The old set keeps serving, the error names the file.
 	writeFiles(t, dir, map[string]string{"p.rego": "package p\ndeny contains \"v2\" if {\n"})
-	waitFor(t, "the broken change is reported", func() bool { _, err, _ := reloader.Status(); return err != nil })
-	rev, lastErr, _ := reloader.Status()
+	waitFor(t, "the broken change is reported", func() bool { _, err, _ := reloader.LastReload(); return err != nil })
+	rev, lastErr, _ := reloader.LastReload()
 	if rev != v1 || !strings.Contains(lastErr.Error(), "p.rego:") {
 		t.Fatalf("a broken change must keep %s serving and name the file; serving %s, error %v", v1, rev, lastErr)
 	}
@@ -104,7 +104,7 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 		"p_test.rego": "package p_test\ntest_wrong if data.p.deny[\"something else\"] with input as {\"context\": {\"labels\": {\"deny\": \"yes\"}}}\n",
 	})
 	waitFor(t, "the failing test is reported", func() bool {
-		_, err, _ := reloader.Status()
+		_, err, _ := reloader.LastReload()
 		return err != nil && strings.Contains(err.Error(), "Rego tests failed")
 	})
 	if engine.Current().Revision != v1 {
@@ -115,7 +115,7 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 		"p_test.rego": "package p_test\ntest_right if data.p.deny[\"v3 says no\"] with input as {\"context\": {\"labels\": {\"deny\": \"yes\"}}}\n",
 	})
 	waitFor(t, "the fixed set serves", func() bool {
-		_, err, _ := reloader.Status()
+		_, err, _ := reloader.LastReload()
 		return err == nil && engine.Current().Revision != v1
 	})
 	n := decided.Load()
