@@ -19,11 +19,11 @@ import (
 	"github.com/quantumnode/qn-admission/internal/filewatch"
 )
 
-// DefaultPollInterval is how often a FileSource re-reads its files even when
+// defaultPollInterval is how often a FileSource re-reads its files even when
 // no filesystem event arrived. Events can be lost (inotify queue overflow, a
 // watch that could not be added, a file behind a symlink into another
 // directory); polling bounds how long a rotation can go unnoticed.
-const DefaultPollInterval = 10 * time.Second
+const defaultPollInterval = 10 * time.Second
 
 // FileSource serves a certificate/key pair read from two files and swaps in
 // a new pair when the files change, without a restart.
@@ -63,7 +63,7 @@ type FileSource struct {
 type FileSourceOption func(*FileSource)
 
 // WithPollInterval sets how often the files are re-read regardless of
-// filesystem events (DefaultPollInterval when not set). Values <= 0 are
+// filesystem events (defaultPollInterval when not set). Values <= 0 are
 // ignored, because polling is the safety net for lost events.
 func WithPollInterval(d time.Duration) FileSourceOption {
 	return func(s *FileSource) {
@@ -83,9 +83,9 @@ func WithLogger(l *slog.Logger) FileSourceOption {
 	}
 }
 
-// WithClock sets the clock Healthy uses to judge whether the served
+// withClock sets the clock Healthy uses to judge whether the served
 // certificate is inside its validity window, so tests can move time.
-func WithClock(c clock.PassiveClock) FileSourceOption {
+func withClock(c clock.PassiveClock) FileSourceOption {
 	return func(s *FileSource) {
 		if c != nil {
 			s.clock = c
@@ -100,7 +100,7 @@ func NewFileSource(certFile, keyFile string, opts ...FileSourceOption) *FileSour
 	s := &FileSource{
 		certFile: certFile,
 		keyFile:  keyFile,
-		interval: DefaultPollInterval,
+		interval: defaultPollInterval,
 		log:      slog.Default(),
 		clock:    clock.RealClock{},
 	}
@@ -163,10 +163,10 @@ func (s *FileSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	return p.cert, nil
 }
 
-// Current returns the parsed leaf certificate being served, or nil before
+// leaf returns the parsed leaf certificate being served, or nil before
 // the first successful load. Its NotAfter is what an expiry metric or log
 // line should report. The caller must not modify it.
-func (s *FileSource) Current() *x509.Certificate {
+func (s *FileSource) leaf() *x509.Certificate {
 	p := s.current.Load()
 	if p == nil {
 		return nil
@@ -253,7 +253,7 @@ func (s *FileSource) reloadAndLog() error {
 			s.log.Error("cannot load rotated serving certificate; still serving the previous one", "err", err)
 		}
 	case changed:
-		leaf := s.Current()
+		leaf := s.leaf()
 		s.log.Info("serving certificate loaded",
 			"serial", leaf.SerialNumber.Text(16),
 			"dnsNames", leaf.DNSNames,

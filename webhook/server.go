@@ -59,7 +59,7 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
 	}
-	probe := &http.Server{Handler: NewProbeHandler(s.Registry, checks), ReadHeaderTimeout: 5 * time.Second}
+	probe := &http.Server{Handler: newProbeHandler(s.Registry, checks), ReadHeaderTimeout: 5 * time.Second}
 
 	errs := make(chan error, 2)
 	go func() { errs <- serveErr("admission", admission.ServeTLS(admissionLn, "", "")) }()

@@ -20,8 +20,8 @@ import (
 // Defaults for Options, chosen for the server: kubelet and git-sync finish a
 // swap in milliseconds, and a missed event costs at most one poll interval.
 const (
-	DefaultDebounce     = 500 * time.Millisecond
-	DefaultPollInterval = 10 * time.Second
+	defaultDebounce     = 500 * time.Millisecond
+	defaultPollInterval = 10 * time.Second
 )
 
 // Options tune a Watcher; the zero value is ready to use.
@@ -73,10 +73,10 @@ type Watcher struct {
 // reports it as a change.
 func New(dir string, opts Options) *Watcher {
 	if opts.Debounce <= 0 {
-		opts.Debounce = DefaultDebounce
+		opts.Debounce = defaultDebounce
 	}
 	if opts.PollInterval <= 0 {
-		opts.PollInterval = DefaultPollInterval
+		opts.PollInterval = defaultPollInterval
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

@@ -450,9 +450,9 @@ func TestRunRefusesMisuse(t *testing.T) {
 
 func TestNewFillsDefaults(t *testing.T) {
 	w := New(t.TempDir(), Options{})
-	if w.opts.Debounce != DefaultDebounce || w.opts.PollInterval != DefaultPollInterval {
+	if w.opts.Debounce != defaultDebounce || w.opts.PollInterval != defaultPollInterval {
 		t.Errorf("defaults = debounce %v, poll %v; want %v, %v",
-			w.opts.Debounce, w.opts.PollInterval, DefaultDebounce, DefaultPollInterval)
+			w.opts.Debounce, w.opts.PollInterval, defaultDebounce, defaultPollInterval)
 	}
 	if w.opts.Logger == nil || w.opts.Clock == nil {
 		t.Error("no default logger or clock")
