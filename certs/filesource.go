@@ -10,20 +10,20 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"k8s.io/utils/clock"
+
+	"github.com/quantumnode/qn-admission/internal/filewatch"
 )
 
-// DefaultPollInterval is how often a FileSource re-reads its files even when
+// defaultPollInterval is how often a FileSource re-reads its files even when
 // no filesystem event arrived. Events can be lost (inotify queue overflow, a
 // watch that could not be added, a file behind a symlink into another
 // directory); polling bounds how long a rotation can go unnoticed.
-const DefaultPollInterval = 10 * time.Second
+const defaultPollInterval = 10 * time.Second
 
 // FileSource serves a certificate/key pair read from two files and swaps in
 // a new pair when the files change, without a restart.
@@ -63,7 +63,7 @@ type FileSource struct {
 type FileSourceOption func(*FileSource)
 
 // WithPollInterval sets how often the files are re-read regardless of
-// filesystem events (DefaultPollInterval when not set). Values <= 0 are
+// filesystem events (defaultPollInterval when not set). Values <= 0 are
 // ignored, because polling is the safety net for lost events.
 func WithPollInterval(d time.Duration) FileSourceOption {
 	return func(s *FileSource) {
@@ -83,9 +83,9 @@ func WithLogger(l *slog.Logger) FileSourceOption {
 	}
 }
 
-// WithClock sets the clock Healthy uses to judge whether the served
+// withClock sets the clock Healthy uses to judge whether the served
 // certificate is inside its validity window, so tests can move time.
-func WithClock(c clock.PassiveClock) FileSourceOption {
+func withClock(c clock.PassiveClock) FileSourceOption {
 	return func(s *FileSource) {
 		if c != nil {
 			s.clock = c
@@ -100,7 +100,7 @@ func NewFileSource(certFile, keyFile string, opts ...FileSourceOption) *FileSour
 	s := &FileSource{
 		certFile: certFile,
 		keyFile:  keyFile,
-		interval: DefaultPollInterval,
+		interval: defaultPollInterval,
 		log:      slog.Default(),
 		clock:    clock.RealClock{},
 	}
@@ -134,56 +134,22 @@ func (s *FileSource) Start(ctx context.Context) error {
 		return err
 	}
 
-	// A watcher that cannot be created or added (inotify limits are per user
-	// and often exhausted on busy nodes) degrades to polling, not to a
-	// server that will not start.
 	dirs := s.watchDirs()
-	failedWatches := map[string]bool{}
-	var events <-chan fsnotify.Event
-	var watchErrs <-chan error
-	watcher, err := fsnotify.NewWatcher()
-	if err != nil {
-		s.log.Warn("cannot watch serving certificate files; relying on polling", "interval", s.interval, "err", err)
-	} else {
-		defer watcher.Close()
-		events, watchErrs = watcher.Events, watcher.Errors
-		s.addWatches(watcher, dirs, failedWatches)
-		// The files may have changed between Load and the watch starting.
-		_ = s.reloadAndLog()
-	}
-
-	ticker := time.NewTicker(s.interval)
-	defer ticker.Stop()
 	s.log.Info("watching serving certificate", "dirs", dirs, "pollInterval", s.interval)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
+	return filewatch.Run(ctx, filewatch.Options{
+		What: "serving certificate directory",
+		Targets: func() filewatch.Targets {
+			targets := filewatch.Targets{}
+			for _, d := range dirs {
+				targets[d] = nil
 			}
-			s.log.Debug("serving certificate directory changed", "event", ev.String())
-			_ = s.reloadAndLog()
-		case err, ok := <-watchErrs:
-			if !ok {
-				watchErrs = nil
-				continue
-			}
-			// Typically an overflowed event queue: events were dropped, so
-			// look at the files now rather than wait for the next poll.
-			s.log.Warn("serving certificate watch error", "err", err)
-			_ = s.reloadAndLog()
-		case <-ticker.C:
-			if watcher != nil {
-				// A watched directory that was deleted and recreated lost
-				// its watch; put it back.
-				s.addWatches(watcher, dirs, failedWatches)
-			}
-			_ = s.reloadAndLog()
-		}
-	}
+			return targets
+		},
+		// Failures are logged by reloadAndLog when they start or change.
+		Look:         func(context.Context) error { return s.reloadAndLog() },
+		PollInterval: s.interval,
+		Logger:       s.log,
+	})
 }
 
 // GetCertificate returns the pair being served. It is meant for
@@ -197,10 +163,10 @@ func (s *FileSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	return p.cert, nil
 }
 
-// Current returns the parsed leaf certificate being served, or nil before
+// leaf returns the parsed leaf certificate being served, or nil before
 // the first successful load. Its NotAfter is what an expiry metric or log
 // line should report. The caller must not modify it.
-func (s *FileSource) Current() *x509.Certificate {
+func (s *FileSource) leaf() *x509.Certificate {
 	p := s.current.Load()
 	if p == nil {
 		return nil
@@ -287,7 +253,7 @@ func (s *FileSource) reloadAndLog() error {
 			s.log.Error("cannot load rotated serving certificate; still serving the previous one", "err", err)
 		}
 	case changed:
-		leaf := s.Current()
+		leaf := s.leaf()
 		s.log.Info("serving certificate loaded",
 			"serial", leaf.SerialNumber.Text(16),
 			"dnsNames", leaf.DNSNames,
@@ -307,27 +273,4 @@ func (s *FileSource) watchDirs() []string {
 		dirs = append(dirs, d)
 	}
 	return dirs
-}
-
-// addWatches adds the directories not watched yet. failed remembers the
-// directories whose last attempt failed, so each failure is logged once and
-// not on every poll.
-func (s *FileSource) addWatches(w *fsnotify.Watcher, dirs []string, failed map[string]bool) {
-	watched := w.WatchList()
-	for _, dir := range dirs {
-		if slices.Contains(watched, dir) {
-			continue
-		}
-		if err := w.Add(dir); err != nil {
-			if !failed[dir] {
-				s.log.Warn("cannot watch serving certificate directory; relying on polling", "dir", dir, "pollInterval", s.interval, "err", err)
-			}
-			failed[dir] = true
-			continue
-		}
-		if failed[dir] {
-			s.log.Info("watching serving certificate directory again", "dir", dir)
-		}
-		delete(failed, dir)
-	}
 }

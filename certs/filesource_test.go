@@ -33,12 +33,12 @@ func TestFileSourceServesAValidPair(t *testing.T) {
 	if err := src.Healthy(); err != nil {
 		t.Errorf("Healthy = %v, want nil", err)
 	}
-	leaf := src.Current()
+	leaf := src.leaf()
 	if leaf == nil || !sameSerial(leaf.SerialNumber, p.serial) {
 		t.Fatalf("Current = %v, want the certificate with serial %v", leaf, p.serial)
 	}
 	if leaf.NotAfter.IsZero() {
-		t.Error("Current().NotAfter is zero")
+		t.Error("leaf().NotAfter is zero")
 	}
 }
 
@@ -212,8 +212,8 @@ func TestFileSourceServesRotatedPairs(t *testing.T) {
 				if err := src.Healthy(); err != nil {
 					t.Errorf("Healthy after rotation = %v", err)
 				}
-				if !sameSerial(src.Current().SerialNumber, next.serial) {
-					t.Errorf("Current serial = %v, want %v", src.Current().SerialNumber, next.serial)
+				if !sameSerial(src.leaf().SerialNumber, next.serial) {
+					t.Errorf("Current serial = %v, want %v", src.leaf().SerialNumber, next.serial)
 				}
 			}
 		})
@@ -307,11 +307,11 @@ func TestFileSourceHealthReportsTheValidityWindow(t *testing.T) {
 	p := ca.serving(t)
 	_, certFile, keyFile := writePairInTempDir(t, p)
 	clk := clocktesting.NewFakePassiveClock(time.Now())
-	src := NewFileSource(certFile, keyFile, WithLogger(testLogger(t)), WithClock(clk))
+	src := NewFileSource(certFile, keyFile, WithLogger(testLogger(t)), withClock(clk))
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	leaf := src.Current()
+	leaf := src.leaf()
 
 	tests := map[string]struct {
 		now  time.Time

@@ -28,11 +28,11 @@ const (
 )
 
 const (
-	// DefaultCAValidity is how long a self-signed CA is valid.
-	DefaultCAValidity = 365 * 24 * time.Hour
-	// DefaultServingValidity is how long a self-signed serving certificate
+	// defaultCAValidity is how long a self-signed CA is valid.
+	defaultCAValidity = 365 * 24 * time.Hour
+	// defaultServingValidity is how long a self-signed serving certificate
 	// is valid; it never outlives its CA.
-	DefaultServingValidity = 90 * 24 * time.Hour
+	defaultServingValidity = 90 * 24 * time.Hour
 
 	// backdate moves NotBefore into the past so a cluster whose clock runs a
 	// little behind this machine's (a kind node, a VM) still accepts a
@@ -51,8 +51,8 @@ type SelfSignedOptions struct {
 	// least one is required.
 	DNSNames    []string
 	IPAddresses []net.IP
-	// CAValidity and ServingValidity default to DefaultCAValidity and
-	// DefaultServingValidity.
+	// CAValidity and ServingValidity default to defaultCAValidity and
+	// defaultServingValidity.
 	CAValidity      time.Duration
 	ServingValidity time.Duration
 	// Clock defaults to the real clock; tests move it.
@@ -87,10 +87,10 @@ func SelfSigned(opts SelfSignedOptions) (*SelfSignedBundle, error) {
 		return nil, errors.New("self-signed certificate: no DNS names or IP addresses given; clients could not verify it")
 	}
 	if opts.CAValidity <= 0 {
-		opts.CAValidity = DefaultCAValidity
+		opts.CAValidity = defaultCAValidity
 	}
 	if opts.ServingValidity <= 0 {
-		opts.ServingValidity = DefaultServingValidity
+		opts.ServingValidity = defaultServingValidity
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}

@@ -84,8 +84,8 @@ func TestSelfSignedWritesAServableBundle(t *testing.T) {
 	if !ca.MaxPathLenZero {
 		t.Error("CA may sign intermediates; it should only sign leaves")
 	}
-	if d := ca.NotAfter.Sub(ca.NotBefore); d < DefaultCAValidity || d > DefaultCAValidity+2*time.Hour {
-		t.Errorf("CA lifetime = %v, want about %v", d, DefaultCAValidity)
+	if d := ca.NotAfter.Sub(ca.NotBefore); d < defaultCAValidity || d > defaultCAValidity+2*time.Hour {
+		t.Errorf("CA lifetime = %v, want about %v", d, defaultCAValidity)
 	}
 	if !bytes.Equal(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}), b.CAPEM) {
 		t.Error("CAPEM is not the content of ca.crt")
@@ -107,8 +107,8 @@ func TestSelfSignedWritesAServableBundle(t *testing.T) {
 	if leaf.KeyUsage != x509.KeyUsageDigitalSignature {
 		t.Errorf("KeyUsage = %v, want DigitalSignature", leaf.KeyUsage)
 	}
-	if d := leaf.NotAfter.Sub(leaf.NotBefore); d < DefaultServingValidity || d > DefaultServingValidity+2*time.Hour {
-		t.Errorf("serving lifetime = %v, want about %v", d, DefaultServingValidity)
+	if d := leaf.NotAfter.Sub(leaf.NotBefore); d < defaultServingValidity || d > defaultServingValidity+2*time.Hour {
+		t.Errorf("serving lifetime = %v, want about %v", d, defaultServingValidity)
 	}
 	if leaf.NotBefore.After(time.Now().Add(-time.Minute)) {
 		t.Errorf("NotBefore = %v; it should be backdated for clock skew", leaf.NotBefore)
@@ -170,7 +170,7 @@ func TestSelfSignedReusesAValidBundle(t *testing.T) {
 		},
 		"half-way through the serving lifetime the bundle is kept": {
 			change: func(_ *testing.T, _ *SelfSignedOptions, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(clk.Now().Add(DefaultServingValidity / 2))
+				clk.SetTime(clk.Now().Add(defaultServingValidity / 2))
 			},
 			reused: true,
 		},
@@ -186,7 +186,7 @@ func TestSelfSignedReusesAValidBundle(t *testing.T) {
 		},
 		"less than a third of the serving lifetime left makes a new bundle": {
 			change: func(_ *testing.T, _ *SelfSignedOptions, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(clk.Now().Add(DefaultServingValidity * 7 / 10))
+				clk.SetTime(clk.Now().Add(defaultServingValidity * 7 / 10))
 			},
 		},
 		"a damaged key file makes a new bundle": {

@@ -54,13 +54,15 @@ func (r *Reloader) Load(ctx context.Context) (*Set, error) {
 	return LoadDir(ctx, r.dir, r.opts.Load)
 }
 
-// LoadDir loads a policy directory from disk, naming the revision by its git
-// commit when the directory is a checkout, else by a content hash. If the
-// content changes while it is read (a ConfigMap or git-sync swap mid-way),
-// it reads again, so a set never mixes two revisions.
+// LoadDir loads a policy directory from disk, naming the revision by the
+// commit when the directory is a git-sync checkout (git:<commit>), else by
+// a content hash. If the content changes while it is read (a ConfigMap or
+// git-sync swap mid-way), it reads again, so a set never mixes two
+// revisions.
 func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
 	const attempts = 3
 	for i := 0; ; i++ {
+		commit := dirwatch.WorktreeCommit(dir)
 		before, err := dirwatch.Fingerprint(dir)
 		if err != nil {
 			return nil, fmt.Errorf("read policy directory %s: %w", dir, err)
@@ -73,8 +75,8 @@ func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read policy directory %s: %w", dir, err)
 		}
-		if before == after {
-			if commit := dirwatch.Revision(dir); commit != "" {
+		if before == after && commit == dirwatch.WorktreeCommit(dir) {
+			if commit != "" {
 				set.Revision = "git:" + commit
 			}
 			return set, nil
@@ -121,15 +123,25 @@ func (r *Reloader) Run(ctx context.Context, engine *Engine) error {
 	return r.watcher.Run(ctx, func(ctx context.Context) { _ = r.Reload(ctx) })
 }
 
-// Status reports the revision being served and the error of the last
-// reload (nil when it succeeded), for readiness detail.
-func (r *Reloader) Status() (revision string, lastErr error, lastAttempt time.Time) {
+// Status says which revision is served and, when the last reload failed,
+// when and why: readiness detail.
+func (r *Reloader) Status() string {
+	revision, at, lastErr := r.LastReload()
+	if lastErr != nil {
+		return fmt.Sprintf("serving %s; the last reload (%s) failed and was not applied: %v", revision, at.UTC().Format(time.RFC3339), lastErr)
+	}
+	return "serving " + revision
+}
+
+// LastReload reports the revision being served and the last reload: when
+// it started and its error (nil when it succeeded).
+func (r *Reloader) LastReload() (revision string, lastAttempt time.Time, lastErr error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.engine.Load(); e != nil && e.Current() != nil {
 		revision = e.Current().Revision
 	}
-	return revision, r.lastErr, r.lastAttempt
+	return revision, r.lastAttempt, r.lastErr
 }
 
 func revisionOf(s *Set) string {

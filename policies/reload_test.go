@@ -93,8 +93,8 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 	v1 := engine.Current().Revision
 	// Broken: a syntax error. The old set keeps serving, the error names the file.
 	writeFiles(t, dir, map[string]string{"p.rego": "package p\ndeny contains \"v2\" if {\n"})
-	waitFor(t, "the broken change is reported", func() bool { _, err, _ := reloader.Status(); return err != nil })
-	rev, lastErr, _ := reloader.Status()
+	waitFor(t, "the broken change is reported", func() bool { _, _, err := reloader.LastReload(); return err != nil })
+	rev, _, lastErr := reloader.LastReload()
 	if rev != v1 || !strings.Contains(lastErr.Error(), "p.rego:") {
 		t.Fatalf("a broken change must keep %s serving and name the file; serving %s, error %v", v1, rev, lastErr)
 	}
@@ -104,7 +104,7 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 		"p_test.rego": "package p_test\ntest_wrong if data.p.deny[\"something else\"] with input as {\"context\": {\"labels\": {\"deny\": \"yes\"}}}\n",
 	})
 	waitFor(t, "the failing test is reported", func() bool {
-		_, err, _ := reloader.Status()
+		_, _, err := reloader.LastReload()
 		return err != nil && strings.Contains(err.Error(), "Rego tests failed")
 	})
 	if engine.Current().Revision != v1 {
@@ -115,7 +115,7 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 		"p_test.rego": "package p_test\ntest_right if data.p.deny[\"v3 says no\"] with input as {\"context\": {\"labels\": {\"deny\": \"yes\"}}}\n",
 	})
 	waitFor(t, "the fixed set serves", func() bool {
-		_, err, _ := reloader.Status()
+		_, _, err := reloader.LastReload()
 		return err == nil && engine.Current().Revision != v1
 	})
 	n := decided.Load()
@@ -137,16 +137,18 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 	t.Logf("%d decisions during 3 reloads, none failed", decided.Load())
 }
 
-func TestRevisionIsTheGitCommitOfACheckout(t *testing.T) {
-	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"roles.yaml": reloadRoles, "p.rego": "package p\n"})
+func TestRevisionIsTheCommitOfAGitSyncCheckout(t *testing.T) {
+	root := t.TempDir()
 	commit := "0123456789abcdef0123456789abcdef01234567"
-	if err := os.MkdirAll(filepath.Join(dir, ".git", "refs", "heads"), 0o755); err != nil {
+	worktree := filepath.Join(root, ".worktrees", commit)
+	if err := os.MkdirAll(filepath.Join(worktree, "policies"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFiles(t, filepath.Join(dir, ".git"), map[string]string{"HEAD": "ref: refs/heads/main\n"})
-	writeFiles(t, filepath.Join(dir, ".git", "refs", "heads"), map[string]string{"main": commit + "\n"})
-	set, err := LoadDir(context.Background(), dir, LoadOptions{})
+	writeFiles(t, filepath.Join(worktree, "policies"), map[string]string{"roles.yaml": reloadRoles, "p.rego": "package p\n"})
+	if err := os.Symlink(filepath.Join(".worktrees", commit), filepath.Join(root, "repo")); err != nil {
+		t.Fatal(err)
+	}
+	set, err := LoadDir(context.Background(), filepath.Join(root, "repo", "policies"), LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

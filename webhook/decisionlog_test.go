@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -74,25 +72,5 @@ func TestDecisionLogLineCarriesEveryField(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(reg, "qn_admission_request_duration_seconds"); n != 2 {
 		t.Errorf("latency histograms for validate and mutate: got %d series", n)
-	}
-}
-
-func TestDecisionLogToAFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	log, closeLog, err := openDecisionLog(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log.Info("admission decision", "uid", "u1")
-	closeLog()
-	log, closeLog, _ = openDecisionLog(path)
-	log.Info("admission decision", "uid", "u2")
-	closeLog()
-	data, _ := os.ReadFile(path)
-	if lines := strings.Count(string(data), "\n"); lines != 2 || !strings.Contains(string(data), `"uid":"u2"`) {
-		t.Fatalf("decision lines are appended to the file, got:\n%s", data)
-	}
-	if _, _, err := openDecisionLog(filepath.Join(t.TempDir(), "missing", "dir", "x.jsonl")); err == nil || !strings.Contains(err.Error(), "--decision-log") {
-		t.Fatalf("an unwritable destination is an error naming the flag, got %v", err)
 	}
 }

@@ -17,10 +17,10 @@ type Check struct {
 	Detail func() string
 }
 
-// NewProbeHandler serves /healthz (the process answers), /readyz (every
+// newProbeHandler serves /healthz (the process answers), /readyz (every
 // check passes; ?verbose lists them, as the apiserver's own probes do) and
 // /metrics from reg.
-func NewProbeHandler(reg *prometheus.Registry, checks []Check) http.Handler {
+func newProbeHandler(reg *prometheus.Registry, checks []Check) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")

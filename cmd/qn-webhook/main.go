@@ -1,35 +1,28 @@
 // Command qn-webhook serves the qn-admission validating and mutating
-// admission webhooks.
+// admission webhooks. The wiring lives in cmd/qn-webhook/app.
 package main
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/pflag"
 
-	"github.com/quantumnode/qn-admission/webhook"
+	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
 )
 
 func main() {
-	opts := webhook.NewOptions()
+	opts := app.NewOptions()
 	fs := pflag.NewFlagSet("qn-webhook", pflag.ExitOnError)
 	opts.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
-	var handler slog.Handler = slog.NewJSONHandler(os.Stdout, nil)
-	if opts.LogFormat == "text" {
-		handler = slog.NewTextHandler(os.Stdout, nil)
-	}
-	logger := slog.New(handler)
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := webhook.Run(ctx, opts, logger); err != nil {
+	if err := app.Run(ctx, opts, opts.Logger(os.Stdout)); err != nil {
 		fmt.Fprintf(os.Stderr, "qn-webhook: %v\n", err)
 		os.Exit(1)
 	}

@@ -15,7 +15,7 @@ func ExampleWatcher() {
 	w := dirwatch.New(dir, dirwatch.Options{Logger: slog.Default()})
 
 	load := func(ctx context.Context) {
-		revision := dirwatch.Revision(dir)
+		revision := dirwatch.WorktreeCommit(dir)
 		if revision == "" {
 			revision, _ = dirwatch.Fingerprint(dir)
 		}

@@ -13,13 +13,15 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/utils/clock"
+
+	"github.com/quantumnode/qn-admission/internal/filewatch"
 )
 
 // Defaults for Options, chosen for the server: kubelet and git-sync finish a
 // swap in milliseconds, and a missed event costs at most one poll interval.
 const (
-	DefaultDebounce     = 500 * time.Millisecond
-	DefaultPollInterval = 10 * time.Second
+	defaultDebounce     = 500 * time.Millisecond
+	defaultPollInterval = 10 * time.Second
 )
 
 // Options tune a Watcher; the zero value is ready to use.
@@ -44,15 +46,15 @@ type Options struct {
 // Watcher reports content changes of one policy directory. Create it with
 // New before loading the directory the first time, then call Run.
 type Watcher struct {
-	dir   string
-	opts  Options
-	log   *slog.Logger
-	clock clock.WithTicker
+	dir  string
+	opts Options
+	log  *slog.Logger
 
-	// last is the fingerprint of the content the caller holds, and baseErr
-	// why it could not be taken. Only Run touches them after New.
-	last    string
-	baseErr error
+	// last is the fingerprint of the content the caller holds ("" when it
+	// could not be taken). Only Run touches it after New.
+	last string
+	// failing: the last look failed; logged once per streak.
+	failing bool
 
 	running atomic.Bool
 
@@ -71,10 +73,10 @@ type Watcher struct {
 // reports it as a change.
 func New(dir string, opts Options) *Watcher {
 	if opts.Debounce <= 0 {
-		opts.Debounce = DefaultDebounce
+		opts.Debounce = defaultDebounce
 	}
 	if opts.PollInterval <= 0 {
-		opts.PollInterval = DefaultPollInterval
+		opts.PollInterval = defaultPollInterval
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -91,18 +93,19 @@ func New(dir string, opts Options) *Watcher {
 		dir:         dir,
 		opts:        opts,
 		log:         opts.Logger.With("policyDir", dir),
-		clock:       opts.Clock,
 		newNotifier: fsnotify.NewWatcher,
 	}
-	w.last, w.baseErr = Fingerprint(dir)
+	w.last, _ = Fingerprint(dir) // a missing directory is "": any content is new
 	return w
 }
 
 // Run watches the directory until ctx ends, then returns nil. After events
-// have been quiet for the debounce, and on every poll, it fingerprints the
-// directory and calls onChange only if the fingerprint differs from the one
-// the caller last saw. It never calls onChange at start, and never twice at
-// once: changes during a slow onChange are reported after it returns.
+// have been quiet for the debounce, on every poll, and once at start, it
+// fingerprints the directory and calls onChange only if the fingerprint
+// differs from the one the caller last saw (the content at New, or at the
+// last onChange): content the caller already holds is never reported. It
+// never calls onChange twice at once: changes during a slow onChange are
+// reported after it returns.
 //
 // Watching is best effort: if it cannot start, Run logs a warning and polls.
 // A directory that is missing or unreadable (mid-swap, deleted) is logged and
@@ -115,192 +118,50 @@ func (w *Watcher) Run(ctx context.Context, onChange func(ctx context.Context)) e
 		return errors.New("dirwatch: Run is already running for " + w.dir)
 	}
 	defer w.running.Store(false)
-
-	l := &loop{w: w, onChange: onChange, retry: w.opts.Debounce}
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if n, err := w.newNotifier(); err != nil {
-		w.log.Warn("cannot watch the policy directory for changes; polling only",
-			"pollInterval", w.opts.PollInterval, "error", err)
-	} else {
-		defer n.Close()
-		l.notifier = n
-		events, errs = n.Events, n.Errors
-	}
-	l.syncWatches()
-	if w.baseErr != nil {
-		l.fail(w.baseErr)
-	}
-
-	poll := w.clock.NewTicker(w.opts.PollInterval)
-	defer poll.Stop()
-	defer l.stopTimer()
-	if w.onStart != nil {
-		w.onStart()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-events:
-			if !ok {
-				events = nil // the notifier died; the poll carries on
-				continue
-			}
-			if l.relevant(ev) {
-				l.arm(w.opts.Debounce)
-			}
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			// An overflow means events were dropped: look, rather than trust
-			// that nothing happened.
-			w.log.Warn("watching the policy directory reported an error", "error", err)
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				l.arm(w.opts.Debounce)
-			}
-		case <-l.timerC:
-			l.timerC = nil
-			l.check(ctx)
-		case <-poll.C():
-			l.check(ctx)
-		}
-	}
+	return filewatch.Run(ctx, filewatch.Options{
+		What:         "policy directory",
+		Targets:      func() filewatch.Targets { return watchTargets(w.dir) },
+		Look:         func(ctx context.Context) error { return w.look(ctx, onChange) },
+		Debounce:     w.opts.Debounce,
+		PollInterval: w.opts.PollInterval,
+		Logger:       w.log,
+		Clock:        w.opts.Clock,
+		NewNotifier:  w.newNotifier,
+		OnStart:      w.onStart,
+	})
 }
 
-// loop is the state of one Run. Everything here runs on Run's goroutine.
-type loop struct {
-	w        *Watcher
-	onChange func(context.Context)
-	notifier *fsnotify.Watcher // nil when polling only
-
-	// filters maps each watched directory to the entry names whose events
-	// matter there; nil means all of them. See watchTargets.
-	filters   map[string]map[string]bool
-	warnedAdd bool
-
-	timer  clock.Timer
-	timerC <-chan time.Time
-
-	retry   time.Duration // next delay after a failed look
-	failing bool          // the last look failed; logged once per streak
-}
-
-// check looks at the directory and reports a change to the caller.
-func (l *loop) check(ctx context.Context) {
-	if ctx.Err() != nil {
-		return
-	}
-	w := l.w
-	// Re-add watches first: a swap leaves the old target directory gone and
-	// the new one unwatched.
-	l.syncWatches()
+// look fingerprints the directory and reports a change to onChange.
+func (w *Watcher) look(ctx context.Context, onChange func(context.Context)) error {
 	fp, err := Fingerprint(w.dir)
 	if err != nil {
-		l.fail(err)
+		if !w.failing {
+			w.log.Warn("cannot read the policy directory; keeping the current policies and retrying", "error", err)
+			w.failing = true
+		} else {
+			w.log.Debug("policy directory still unreadable", "error", err)
+		}
 		w.report("", false, err)
-		return
+		return err
 	}
-	if l.failing {
+	if w.failing {
 		w.log.Info("policy directory is readable again")
-		l.failing = false
+		w.failing = false
 	}
-	w.baseErr = nil
-	l.retry = w.opts.Debounce
 	changed := fp != w.last
 	if changed {
 		w.log.Info("policy directory changed", "fingerprint", fp, "previous", w.last)
 		w.last = fp
-		l.onChange(ctx)
+		onChange(ctx)
 	}
 	w.report(fp, changed, nil)
-}
-
-// fail schedules another look with backoff; a directory gone for good then
-// costs a look per poll interval and one warning, not a log line per event.
-func (l *loop) fail(err error) {
-	if !l.failing {
-		l.w.log.Warn("cannot read the policy directory; keeping the current policies and retrying", "error", err)
-		l.failing = true
-	} else {
-		l.w.log.Debug("policy directory still unreadable", "error", err)
-	}
-	l.arm(l.retry)
-	l.retry = min(2*l.retry, l.w.opts.PollInterval)
+	return nil
 }
 
 func (w *Watcher) report(fp string, changed bool, err error) {
 	if w.onCheck != nil {
 		w.onCheck(fp, changed, err)
 	}
-}
-
-// arm (re)starts the debounce timer: every relevant event pushes the look
-// back, so it happens once the burst is over.
-func (l *loop) arm(d time.Duration) {
-	if l.timer == nil {
-		l.timer = l.w.clock.NewTimer(d)
-	} else {
-		l.timer.Stop()
-		l.timer.Reset(d)
-	}
-	l.timerC = l.timer.C()
-}
-
-func (l *loop) stopTimer() {
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-}
-
-// relevant says whether an event may mean new content. Pure attribute
-// changes (touch, chmod) cannot; events in a parent directory matter only for
-// the names on the path to the policy directory.
-func (l *loop) relevant(ev fsnotify.Event) bool {
-	if ev.Op == fsnotify.Chmod {
-		return false
-	}
-	if _, watched := l.filters[ev.Name]; watched {
-		return true // a watched directory itself was removed or moved
-	}
-	names, ok := l.filters[filepath.Dir(ev.Name)]
-	return !ok || names == nil || names[filepath.Base(ev.Name)]
-}
-
-// syncWatches makes the set of watched directories match watchTargets.
-func (l *loop) syncWatches() {
-	if l.notifier == nil {
-		return
-	}
-	want := watchTargets(l.w.dir)
-	have := map[string]bool{}
-	for _, p := range l.notifier.WatchList() {
-		have[p] = true
-		if _, ok := want[p]; !ok {
-			// Removing a watch on a directory already deleted fails; the
-			// kernel dropped that watch already.
-			_ = l.notifier.Remove(p)
-		}
-	}
-	for p := range want {
-		if have[p] {
-			continue
-		}
-		err := l.notifier.Add(p)
-		switch {
-		case err == nil, errors.Is(err, fs.ErrNotExist):
-			// Gone since we listed it: the event that removed it brings us back.
-		case !l.warnedAdd:
-			l.warnedAdd = true
-			l.w.log.Warn("cannot watch part of the policy directory; relying on polling for it",
-				"path", p, "pollInterval", l.w.opts.PollInterval, "error", err)
-		default:
-			l.w.log.Debug("cannot watch part of the policy directory", "path", p, "error", err)
-		}
-	}
-	l.filters = want
 }
 
 // watchTargets lists the directories to watch for dir, each with the entry
@@ -312,8 +173,8 @@ func (l *loop) syncWatches() {
 //     symlink's name: a git-sync swap replaces the link, which nothing inside
 //     the old or new target sees;
 //   - dir's parent, for dir's name, to see dir itself deleted and recreated.
-func watchTargets(dir string) map[string]map[string]bool {
-	want := map[string]map[string]bool{}
+func watchTargets(dir string) filewatch.Targets {
+	want := filewatch.Targets{}
 	addName := func(d, name string) {
 		names, seen := want[d]
 		if seen && names == nil {
@@ -343,7 +204,7 @@ func watchTargets(dir string) map[string]map[string]bool {
 
 // addTree marks d and the directories below it as fully watched. Marked
 // directories are not walked again, which also stops symlink cycles.
-func addTree(want map[string]map[string]bool, d string) {
+func addTree(want filewatch.Targets, d string) {
 	if names, seen := want[d]; seen && names == nil {
 		return
 	}

@@ -187,10 +187,9 @@ func TestRunSeesAtomicSwaps(t *testing.T) {
 			g := newGitSyncRoot(t, dir)
 			g.sync(t, sha1, prefixed("policies/", basePolicies))
 			return deployment{
-				watched: filepath.Join(g.link, "policies"),
-				update:  func(t *testing.T) { g.sync(t, sha2, prefixed("policies/", updated)) },
-				// Not the top of the checkout: named by content instead.
-				wantRevision: "",
+				watched:      filepath.Join(g.link, "policies"),
+				update:       func(t *testing.T) { g.sync(t, sha2, prefixed("policies/", updated)) },
+				wantRevision: sha2,
 			}
 		},
 		"a release symlink swapped while the old release stays on disk": func(t *testing.T, dir string) deployment {
@@ -221,8 +220,8 @@ func TestRunSeesAtomicSwaps(t *testing.T) {
 			if got, want := mustFingerprint(t, d.watched), mustFingerprint(t, plain); got != want {
 				t.Fatalf("Fingerprint after the swap = %s, want %s (a plain directory with the same files)", got, want)
 			}
-			if got := Revision(d.watched); got != d.wantRevision {
-				t.Fatalf("Revision after the swap = %q, want %q", got, d.wantRevision)
+			if got := WorktreeCommit(d.watched); got != d.wantRevision {
+				t.Fatalf("WorktreeCommit after the swap = %q, want %q", got, d.wantRevision)
 			}
 		})
 	}
@@ -451,11 +450,11 @@ func TestRunRefusesMisuse(t *testing.T) {
 
 func TestNewFillsDefaults(t *testing.T) {
 	w := New(t.TempDir(), Options{})
-	if w.opts.Debounce != DefaultDebounce || w.opts.PollInterval != DefaultPollInterval {
+	if w.opts.Debounce != defaultDebounce || w.opts.PollInterval != defaultPollInterval {
 		t.Errorf("defaults = debounce %v, poll %v; want %v, %v",
-			w.opts.Debounce, w.opts.PollInterval, DefaultDebounce, DefaultPollInterval)
+			w.opts.Debounce, w.opts.PollInterval, defaultDebounce, defaultPollInterval)
 	}
-	if w.opts.Logger == nil || w.clock == nil {
+	if w.opts.Logger == nil || w.opts.Clock == nil {
 		t.Error("no default logger or clock")
 	}
 }

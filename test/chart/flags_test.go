@@ -11,7 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/quantumnode/qn-admission/webhook"
+	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
 )
 
 // The arguments the chart gives qn-webhook are flags qn-webhook has, with
@@ -36,7 +36,7 @@ func TestWebhookArgsParse(t *testing.T) {
 			if c == nil {
 				t.Fatal("no qn-webhook container")
 			}
-			opts := webhook.NewOptions()
+			opts := app.NewOptions()
 			fs := pflag.NewFlagSet("qn-webhook", pflag.ContinueOnError)
 			opts.AddFlags(fs)
 			if err := fs.Parse(c.Args); err != nil {

@@ -94,7 +94,6 @@ type Sampler struct {
 	done  chan struct{}
 	mu    sync.Mutex
 	max   uint64
-	err   error
 }
 
 // StartSampler begins a slice for pid.

@@ -1,5 +1,5 @@
 // Command qnprof is qn-webhook with a pprof listener, for CPU and heap
-// profiles under load (qnload --cpuprofile). It runs the same webhook.Run
+// profiles under load (qnload --cpuprofile). It runs the same app.Run
 // with the same flags as cmd/qn-webhook, plus --pprof-address. It is not a
 // product binary: measurements use cmd/qn-webhook itself.
 package main
@@ -18,11 +18,11 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/quantumnode/qn-admission/webhook"
+	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
 )
 
 func main() {
-	opts := webhook.NewOptions()
+	opts := app.NewOptions()
 	fs := pflag.NewFlagSet("qnprof", pflag.ExitOnError)
 	opts.AddFlags(fs)
 	pprofAddr := fs.String("pprof-address", "127.0.0.1:0", "Plain-HTTP address of /debug/pprof.")
@@ -42,7 +42,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := webhook.Run(ctx, opts, logger); err != nil {
+	if err := app.Run(ctx, opts, logger); err != nil {
 		fmt.Fprintf(os.Stderr, "qnprof: %v\n", err)
 		os.Exit(1)
 	}

@@ -1,13 +1,17 @@
-package webhook
+package app
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/quantumnode/qn-admission/webhook"
 )
 
 // Options configure qn-webhook. One struct, bound to flags by AddFlags; no
@@ -66,7 +70,7 @@ func NewOptions() *Options {
 		PolicyEvalTimeout:   time.Second,
 		PolicyPollInterval:  10 * time.Second,
 		DecisionLog:         "-",
-		MaxRequestBytes:     DefaultMaxRequestBytes,
+		MaxRequestBytes:     webhook.DefaultMaxRequestBytes,
 		ShutdownGracePeriod: 20 * time.Second,
 		LogFormat:           "json",
 	}
@@ -114,4 +118,12 @@ func (o *Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Logger builds the process logger in LogFormat, writing to w.
+func (o *Options) Logger(w io.Writer) *slog.Logger {
+	if o.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
 }

@@ -1,0 +1,269 @@
+// Package app is the composition root of qn-webhook: its options, and the
+// wiring that builds the policy source, the serving certificate, the
+// admission handler and the listeners (Build), then serves them until the
+// context ends and drains (Program.Serve).
+//
+// It is the only place that knows every part: webhook is transport,
+// policies decides, certs serves TLS. cmd/qn-webhook's main parses the
+// flags and calls Run; the chart tests parse the chart's arguments with
+// the same Options, and the profiling build (test/load/cmd/qnprof) runs
+// the same Build, so both see the program as shipped. No product package
+// imports it.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/quantumnode/qn-admission/certs"
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/dirwatch"
+	"github.com/quantumnode/qn-admission/webhook"
+)
+
+// Program is qn-webhook assembled and listening, not yet serving: Build
+// returns it, Serve runs it. A new part (a store, a readiness check, a
+// watcher) is one more step in Build that fills these fields.
+type Program struct {
+	Options *Options
+	Logger  *slog.Logger
+	// Registry holds every series served at /metrics.
+	Registry *prometheus.Registry
+	// Policies is where the served set comes from; Engine serves it.
+	Policies policies.Source
+	Engine   *policies.Engine
+	// Certificates holds the serving pair and follows its rotation.
+	Certificates *certs.FileSource
+	TLSConfig    *tls.Config
+	// Handler answers POST /validate and POST /mutate.
+	Handler http.Handler
+	// Checks make up /readyz, in order; Serve adds a draining check last.
+	Checks []webhook.Check
+	// Tasks run beside the servers until they have drained.
+	Tasks []Task
+	// AdmissionListener and ProbeListener are bound; Serve closes them.
+	AdmissionListener net.Listener
+	ProbeListener     net.Listener
+
+	closers []func()
+}
+
+// Task is work that runs beside the servers, such as a file watcher. It
+// runs until the servers have drained, so a rotation during the drain still
+// applies. An error is logged as "<Name> stopped".
+type Task struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Run builds qn-webhook from o and serves until ctx ends, then drains
+// in-flight requests. Anything that prevents serving correctly is an error
+// before listening.
+func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
+	p, err := Build(ctx, o, logger)
+	if err != nil {
+		return err
+	}
+	return p.Serve(ctx)
+}
+
+// Build validates o, loads the policies and the serving certificate,
+// builds the handler and binds both listeners. Nothing is served yet.
+func Build(ctx context.Context, o *Options, logger *slog.Logger) (_ *Program, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Program{Options: o, Logger: logger, Registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, step := range []func(context.Context) error{p.buildPolicies, p.buildHandler, p.buildCertificates, p.listen} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Serve runs the tasks and serves admission and probes until ctx ends, then
+// drains in-flight requests, stops the tasks and closes what Build opened.
+func (p *Program) Serve(ctx context.Context) error {
+	defer p.close()
+	taskCtx, stopTasks := context.WithCancel(context.WithoutCancel(ctx))
+	var tasks sync.WaitGroup
+	defer tasks.Wait()
+	defer stopTasks()
+	for _, t := range p.Tasks {
+		tasks.Go(func() {
+			if err := t.Run(taskCtx); err != nil {
+				p.Logger.Error(t.Name+" stopped", "error", err)
+			}
+		})
+	}
+	server := &webhook.Server{
+		Handler:     p.Handler,
+		TLSConfig:   p.TLSConfig,
+		Registry:    p.Registry,
+		Checks:      p.Checks,
+		GracePeriod: p.Options.ShutdownGracePeriod,
+		Logger:      p.Logger,
+	}
+	return server.Serve(ctx, p.AdmissionListener, p.ProbeListener)
+}
+
+func (p *Program) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
+}
+
+// buildPolicies loads the first policy set from its source: the directory
+// when --policy-dir is set (followed and hot-reloaded), else the bundled one.
+func (p *Program) buildPolicies(ctx context.Context) error {
+	o := p.Options
+	metrics := policies.NewMetrics(p.Registry)
+	loadOpts := policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins}
+	sourceName, watcherName := "bundled", "bundled policies"
+	p.Policies = policies.Bundled(loadOpts)
+	if o.PolicyDir != "" {
+		sourceName, watcherName = o.PolicyDir, "policy directory watcher"
+		// Created before the first load: it notes the directory's content
+		// now, so a change landing during the load is still reloaded.
+		p.Policies = policies.NewReloader(o.PolicyDir, policies.ReloaderOptions{
+			Load:    loadOpts,
+			Watch:   dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: p.Logger},
+			Metrics: metrics,
+			Logger:  p.Logger,
+		})
+		if _, err := os.Stat(filepath.Join(o.PolicyDir, policies.RolesFile)); err != nil {
+			return fmt.Errorf("--policy-dir %s: %w", o.PolicyDir, err)
+		}
+	}
+	set, err := p.Policies.Load(ctx)
+	if err != nil {
+		return err
+	}
+	metrics.Reloaded(set.Revision, nil)
+	p.Logger.Info("policies loaded", "source", sourceName, "revision", set.Revision, "roles", set.Roles.Names())
+	p.Engine = policies.NewEngine(set, policies.EngineOptions{Metrics: metrics})
+	// A failed reload does not make us unready: the last good set keeps
+	// serving, and failing every replica's probe would lock writes out.
+	p.Checks = append(p.Checks, webhook.Check{Name: "policies", Check: func() error { return nil }, Detail: p.Policies.Status})
+	p.Tasks = append(p.Tasks, Task{Name: watcherName, Run: func(ctx context.Context) error { return p.Policies.Run(ctx, p.Engine) }})
+	return nil
+}
+
+// buildHandler opens the decision log and builds the admission handler.
+func (p *Program) buildHandler(context.Context) error {
+	decisionLog, closeDecisionLog, err := openDecisionLog(p.Options.DecisionLog)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, closeDecisionLog)
+	p.Handler = webhook.NewHandler(p.Engine, webhook.HandlerOptions{
+		MaxRequestBytes: p.Options.MaxRequestBytes,
+		Logger:          p.Logger,
+		DecisionLog:     decisionLog,
+		Metrics:         webhook.NewMetrics(p.Registry),
+	})
+	return nil
+}
+
+// openDecisionLog returns the logger decision lines go to: stdout for "-",
+// else a file appended to.
+func openDecisionLog(dest string) (*slog.Logger, func(), error) {
+	if dest == "" || dest == "-" {
+		return slog.New(slog.NewJSONHandler(os.Stdout, nil)), func() {}, nil
+	}
+	f, err := os.OpenFile(dest, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o640)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--decision-log %s: %w", dest, err)
+	}
+	return slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }, nil
+}
+
+// buildCertificates loads the serving pair into a rotating file source,
+// generating a self-signed pair first when asked: one serving code path.
+func (p *Program) buildCertificates(context.Context) error {
+	o := p.Options
+	certFile, keyFile := o.TLSCertFile, o.TLSKeyFile
+	if o.TLSSelfSigned {
+		bundle, err := p.selfSigned()
+		if err != nil {
+			return err
+		}
+		certFile, keyFile = bundle.CertFile, bundle.KeyFile
+	}
+	source := certs.NewFileSource(certFile, keyFile, certs.WithPollInterval(o.CertPollInterval), certs.WithLogger(p.Logger))
+	if err := source.Load(); err != nil {
+		return err
+	}
+	tlsConfig, err := certs.ServerTLSConfig(source, o.ClientCAFile)
+	if err != nil {
+		return err
+	}
+	p.Certificates, p.TLSConfig = source, tlsConfig
+	p.Checks = append(p.Checks, webhook.Check{Name: "certificate", Check: source.Healthy})
+	p.Tasks = append(p.Tasks, Task{Name: "certificate watcher", Run: source.Start})
+	return nil
+}
+
+// selfSigned generates (or reuses) a CA and serving pair for local runs and
+// writes the CA bundle where --ca-bundle-file asks.
+func (p *Program) selfSigned() (*certs.SelfSignedBundle, error) {
+	o := p.Options
+	var dns []string
+	var ips []net.IP
+	for _, h := range o.TLSSelfSignedHosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, h)
+		}
+	}
+	bundle, err := certs.SelfSigned(certs.SelfSignedOptions{Dir: o.TLSSelfSignedDir, DNSNames: dns, IPAddresses: ips})
+	if err != nil {
+		return nil, fmt.Errorf("self-signed certificate in %s: %w", o.TLSSelfSignedDir, err)
+	}
+	caFile := bundle.CAFile
+	if o.CABundleFile != "" {
+		if err := bundle.WriteCABundle(o.CABundleFile); err != nil {
+			return nil, err
+		}
+		caFile = o.CABundleFile
+	}
+	p.Logger.Info("self-signed serving certificate ready", "caBundle", caFile, "hosts", o.TLSSelfSignedHosts, "reused", bundle.Reused)
+	return bundle, nil
+}
+
+// listen binds the admission and probe addresses; the last step of Build,
+// so a program that cannot serve never holds a port.
+func (p *Program) listen(context.Context) error {
+	o := p.Options
+	admissionLn, err := net.Listen("tcp", o.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listen for admission requests on %s: %w", o.ListenAddress, err)
+	}
+	p.closers = append(p.closers, func() { admissionLn.Close() })
+	probeLn, err := net.Listen("tcp", o.ProbeAddress)
+	if err != nil {
+		return fmt.Errorf("listen for probes on %s: %w", o.ProbeAddress, err)
+	}
+	p.closers = append(p.closers, func() { probeLn.Close() })
+	p.AdmissionListener, p.ProbeListener = admissionLn, probeLn
+	return nil
+}
