@@ -185,7 +185,7 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 	}{
 		"no role table": {
 			files: fstest.MapFS{"p.rego": {Data: []byte(good)}},
-			want:  "read role table",
+			want:  "roles.yaml: missing: a policy directory needs a role table",
 		},
 		"an unknown field in roles.yaml": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles + "    limt: 3\n")}, "p.rego": {Data: []byte(good)}},
@@ -201,7 +201,7 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 		},
 		"a package no module declares": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(strings.Replace(roles, "[p]", "[p, q]", 1))}, "p.rego": {Data: []byte(good)}},
-			want:  `roles.yaml:5: roles.r.packages: package "q" is not declared by any policy module (known: p)`,
+			want:  `roles.yaml:5: roles.r.packages: package "q" is not declared by any .rego file (known packages: p)`,
 		},
 		"a Rego syntax error": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles)}, "p.rego": {Data: []byte("package p\ndeny contains if {\n")}},
@@ -209,7 +209,7 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 		},
 		"a failing Rego test": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles)}, "p.rego": {Data: []byte(good)}, "p_test.rego": {Data: []byte("package p_test\ntest_no if data.p.deny[\"no\"]\n")}},
-			want:  "1 of 1 Rego tests failed: p_test.rego:2 data.p_test.test_no",
+			want:  "p_test.rego:2: p_test.test_no: test rule evaluated to false or undefined",
 		},
 		"broken data": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles)}, "p.rego": {Data: []byte(good)}, "data.yaml": {Data: []byte("zones: [a\n")}},

@@ -1,8 +1,9 @@
 package policies
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,7 +49,9 @@ const (
 	KeyRole WindowKey = "role"
 )
 
-var knownOperations = []string{"CREATE", "UPDATE", "DELETE", "CONNECT"}
+// Operations are the admission operations a role may list, as the
+// apiserver names them.
+var Operations = []string{"CREATE", "UPDATE", "DELETE", "CONNECT"}
 
 // RoleTable is roles.yaml: the roles requests can run under.
 type RoleTable struct {
@@ -134,16 +137,6 @@ func (t *RoleTable) Names() []string {
 	return names
 }
 
-// fieldError is a problem in roles.yaml at a line, for a field path.
-type fieldError struct {
-	file, path, problem string
-	line                int
-}
-
-func (e *fieldError) Error() string {
-	return fmt.Sprintf("%s:%d: %s: %s", e.file, e.line, e.path, e.problem)
-}
-
 // allowedKeys is the shape of roles.yaml, for unknown-field errors that say
 // where the typo is and what was meant. "*" is any key (a role name);
 // parameters are free-form.
@@ -156,32 +149,57 @@ var allowedKeys = map[string][]string{
 	"roles.*.delete":     {"users", "groups", "serviceAccounts"},
 }
 
-// ParseRoleTable decodes and validates roles.yaml. Every problem is an error
-// naming the file, the line and the field, with what would be valid.
+// ParseRoleTable decodes and validates roles.yaml. The error is Problems:
+// every problem of the file, each naming the line and the field, with what
+// would be valid.
 func ParseRoleTable(file string, src []byte) (*RoleTable, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(src, &root); err != nil {
-		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+		p := yamlProblem(file, err)
+		p.Hint = "roles.yaml must be one YAML mapping: defaultRole, exemptions, roles"
+		return nil, Problems{p}
 	}
 	if len(root.Content) == 0 {
-		return nil, &fieldError{file: file, line: 1, path: "roles", problem: "the file is empty; declare defaultRole and at least one role"}
+		return nil, Problems{{File: file, Line: 1, Path: "roles", Message: "the file is empty; declare defaultRole and at least one role"}}
 	}
-	doc := root.Content[0]
-	if err := checkKeys(file, doc, ""); err != nil {
-		return nil, err
-	}
+	v := &validator{file: file, doc: root.Content[0]}
+	v.checkKeys(v.doc, "")
 	var t RoleTable
-	dec := yaml.NewDecoder(bytes.NewReader(src))
-	if err := dec.Decode(&t); err != nil {
-		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n ", ""), "yaml: unmarshal errors:"))
+	if err := v.doc.Decode(&t); err != nil {
+		// Field types are wrong: report them, not what follows from them.
+		var typeErr *yaml.TypeError
+		if !errors.As(err, &typeErr) {
+			return nil, append(v.problems, yamlProblem(file, err))
+		}
+		for _, msg := range typeErr.Errors {
+			v.problems = append(v.problems, yamlProblem(file, errors.New(msg)))
+		}
+		return nil, v.problems
 	}
-	v := validator{file: file, doc: doc}
-	return &t, v.validate(&t)
+	v.validate(&t)
+	if len(v.problems) > 0 {
+		return nil, v.problems
+	}
+	return &t, nil
 }
 
-func checkKeys(file string, n *yaml.Node, path string) error {
+// validator collects the problems of one role table.
+type validator struct {
+	file     string
+	doc      *yaml.Node
+	problems Problems
+}
+
+// at records a problem at the line of path (or of its nearest parent
+// present).
+func (v *validator) at(path string, format string, args ...any) {
+	v.problems = append(v.problems, &Problem{File: v.file, Line: lineOf(v.doc, path), Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// checkKeys records every key the role table does not know.
+func (v *validator) checkKeys(n *yaml.Node, path string) {
 	if n.Kind != yaml.MappingNode {
-		return nil
+		return
 	}
 	pattern := path
 	if strings.HasPrefix(path, "roles.") {
@@ -196,114 +214,103 @@ func checkKeys(file string, n *yaml.Node, path string) error {
 		if path != "" {
 			child = path + "." + key.Value
 		}
-		if checked && !contains(allowed, key.Value) {
-			return &fieldError{file: file, line: key.Line, path: child, problem: fmt.Sprintf("unknown field (known here: %s)", strings.Join(allowed, ", "))}
+		if checked && !slices.Contains(allowed, key.Value) {
+			v.problems = append(v.problems, &Problem{File: v.file, Line: key.Line, Path: child,
+				Message: fmt.Sprintf("unknown field (known here: %s)", strings.Join(allowed, ", "))})
+			continue
 		}
 		if pattern == "roles.*" && key.Value == "parameters" {
 			continue // free-form
 		}
-		if err := checkKeys(file, val, child); err != nil {
-			return err
+		v.checkKeys(val, child)
+	}
+}
+
+func (v *validator) validate(t *RoleTable) {
+	switch {
+	case len(t.Roles) == 0:
+		v.at("roles", "declare at least one role")
+	case t.DefaultRole == "":
+		v.at("defaultRole", "name the role for requests without a qn-role annotation (one of %s)", strings.Join(t.Names(), ", "))
+	default:
+		if _, ok := t.Roles[t.DefaultRole]; !ok {
+			v.at("defaultRole", "%q is not one of the declared roles (%s)", t.DefaultRole, strings.Join(t.Names(), ", "))
 		}
-	}
-	return nil
-}
-
-type validator struct {
-	file string
-	doc  *yaml.Node
-}
-
-// at builds an error at the line of path (or the nearest parent present).
-func (v validator) at(path string, format string, args ...any) error {
-	return &fieldError{file: v.file, line: lineOf(v.doc, path), path: path, problem: fmt.Sprintf(format, args...)}
-}
-
-func (v validator) validate(t *RoleTable) error {
-	if len(t.Roles) == 0 {
-		return v.at("roles", "declare at least one role")
-	}
-	if t.DefaultRole == "" {
-		return v.at("defaultRole", "name the role for requests without a qn-role annotation (one of %s)", strings.Join(t.Names(), ", "))
-	}
-	if _, ok := t.Roles[t.DefaultRole]; !ok {
-		return v.at("defaultRole", "%q is not one of the declared roles (%s)", t.DefaultRole, strings.Join(t.Names(), ", "))
 	}
 	for _, name := range t.Names() {
 		r := t.Roles[name]
-		p := "roles." + name
-		if len(r.Operations) == 0 {
-			return v.at(p+".operations", "list at least one of %s", strings.Join(knownOperations, ", "))
-		}
-		for _, op := range r.Operations {
-			if !contains(knownOperations, op) {
-				return v.at(p+".operations", "%q is not an operation (use %s)", op, strings.Join(knownOperations, ", "))
-			}
-		}
-		for _, sub := range []struct {
-			field string
-			list  *Subjects
-		}{{"requesters", r.Requesters}, {"delete", r.Delete}} {
-			if err := v.subjects(p+"."+sub.field, sub.list); err != nil {
-				return err
-			}
-		}
-		for _, to := range r.MoveTo {
-			if _, ok := t.Roles[to]; !ok {
-				return v.at(p+".moveTo", "%q is not one of the declared roles (%s)", to, strings.Join(t.Names(), ", "))
-			}
-			if to == name {
-				return v.at(p+".moveTo", "a role cannot move to itself; list other roles")
-			}
-		}
-		if len(r.Packages) == 0 {
-			return v.at(p+".packages", "list at least one Rego package, e.g. qn.quantumnode")
-		}
-		switch r.Enforcement {
-		case "":
-			r.Enforcement = EnforceDeny
-		case EnforceDeny, EnforceWarn, EnforceDryRun:
-		default:
-			return v.at(p+".enforcement", "%q is not an enforcement (use deny, warn or dryrun)", r.Enforcement)
-		}
-		switch r.OnError {
-		case "":
-			r.OnError = OnErrorDeny
-		case OnErrorDeny, OnErrorAllow:
-		default:
-			return v.at(p+".onError", "%q is not an onError (use deny or allow)", r.OnError)
-		}
-		if w := r.Window; w != nil {
-			if w.Limit <= 0 {
-				return v.at(p+".window.limit", "%d admits nothing; use a positive number of changes per period (remove window for no limit)", w.Limit)
-			}
-			d, err := time.ParseDuration(w.PeriodRaw)
-			if err != nil || d <= 0 {
-				return v.at(p+".window.period", "%q is not a positive duration (write e.g. 60s or 1m)", w.PeriodRaw)
-			}
-			w.Period = d
-			switch w.Key {
-			case "":
-				w.Key = KeyUser
-			case KeyUser, KeyNamespace, KeyRole:
-			default:
-				return v.at(p+".window.key", "%q is not a window key (use user, namespace or role)", w.Key)
-			}
-		}
+		v.role(t, name, &r)
 		t.Roles[name] = r
 	}
-	return nil
+}
+
+// role checks one role and fills in its defaults.
+func (v *validator) role(t *RoleTable, name string, r *Role) {
+	p := "roles." + name
+	if len(r.Operations) == 0 {
+		v.at(p+".operations", "list at least one of %s", strings.Join(Operations, ", "))
+	}
+	for _, op := range r.Operations {
+		if !slices.Contains(Operations, op) {
+			v.at(p+".operations", "%q is not an operation (use %s)", op, strings.Join(Operations, ", "))
+		}
+	}
+	v.subjects(p+".requesters", r.Requesters)
+	v.subjects(p+".delete", r.Delete)
+	for _, to := range r.MoveTo {
+		if _, ok := t.Roles[to]; !ok {
+			v.at(p+".moveTo", "%q is not one of the declared roles (%s)", to, strings.Join(t.Names(), ", "))
+		}
+		if to == name {
+			v.at(p+".moveTo", "a role cannot move to itself; list other roles")
+		}
+	}
+	if len(r.Packages) == 0 {
+		v.at(p+".packages", "list at least one Rego package, e.g. qn.quantumnode")
+	}
+	switch r.Enforcement {
+	case "":
+		r.Enforcement = EnforceDeny
+	case EnforceDeny, EnforceWarn, EnforceDryRun:
+	default:
+		v.at(p+".enforcement", "%q is not an enforcement (use deny, warn or dryrun)", r.Enforcement)
+	}
+	switch r.OnError {
+	case "":
+		r.OnError = OnErrorDeny
+	case OnErrorDeny, OnErrorAllow:
+	default:
+		v.at(p+".onError", "%q is not an onError (use deny or allow)", r.OnError)
+	}
+	if w := r.Window; w != nil {
+		if w.Limit <= 0 {
+			v.at(p+".window.limit", "%d admits nothing; use a positive number of changes per period (remove window for no limit)", w.Limit)
+		}
+		d, err := time.ParseDuration(w.PeriodRaw)
+		if err != nil || d <= 0 {
+			v.at(p+".window.period", "%q is not a positive duration (write e.g. 60s or 1m)", w.PeriodRaw)
+		}
+		w.Period = d
+		switch w.Key {
+		case "":
+			w.Key = KeyUser
+		case KeyUser, KeyNamespace, KeyRole:
+		default:
+			v.at(p+".window.key", "%q is not a window key (use user, namespace or role)", w.Key)
+		}
+	}
 }
 
 // subjects checks a requesters or delete list: every entry names someone,
 // and each kind of name is in its own list, so a typo never admits or
 // refuses the wrong requester silently.
-func (v validator) subjects(path string, s *Subjects) error {
+func (v *validator) subjects(path string, s *Subjects) {
 	if s == nil {
-		return nil
+		return
 	}
 	if len(s.Users)+len(s.Groups)+len(s.ServiceAccounts) == 0 {
-		return v.at(path, "lists nobody; name users, groups or serviceAccounts (remove %s to leave it unrestricted)", path[strings.LastIndex(path, ".")+1:])
+		v.at(path, "lists nobody; name users, groups or serviceAccounts (remove %s to leave it unrestricted)", path[strings.LastIndex(path, ".")+1:])
+		return
 	}
 	for _, list := range []struct {
 		field string
@@ -311,22 +318,22 @@ func (v validator) subjects(path string, s *Subjects) error {
 	}{{"users", s.Users}, {"groups", s.Groups}, {"serviceAccounts", s.ServiceAccounts}} {
 		for _, n := range list.names {
 			if strings.TrimSpace(n) == "" || strings.ContainsAny(n, " \t\n") {
-				return v.at(path+"."+list.field, "%q is not a name (no spaces, not empty)", n)
+				v.at(path+"."+list.field, "%q is not a name (no spaces, not empty)", n)
+				continue
 			}
 			switch list.field {
 			case "groups":
 				if strings.HasPrefix(n, serviceAccountPrefix) {
-					return v.at(path+"."+list.field, "%q is a service account's user name, not a group; list it under serviceAccounts as namespace:name", n)
+					v.at(path+"."+list.field, "%q is a service account's user name, not a group; list it under serviceAccounts as namespace:name", n)
 				}
 			case "serviceAccounts":
 				ns, sa, ok := strings.Cut(n, ":")
 				if !ok || ns == "" || sa == "" || strings.Contains(sa, ":") || strings.Contains(ns, "*") {
-					return v.at(path+"."+list.field, "%q is not namespace:name (the name may be *, e.g. qn-system:deployer or ci:*)", n)
+					v.at(path+"."+list.field, "%q is not namespace:name (the name may be *, e.g. qn-system:deployer or ci:*)", n)
 				}
 			}
 		}
 	}
-	return nil
 }
 
 // lineOf finds the line of a dotted path in the document, or of its
@@ -352,21 +359,4 @@ func lineOf(doc *yaml.Node, path string) int {
 	return line
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// packageLine is the line of a role's packages list, for load errors that
-// come from compiling them.
-func (t *RoleTable) packageLine(file string, src []byte, role string) string {
-	var root yaml.Node
-	if yaml.Unmarshal(src, &root) != nil || len(root.Content) == 0 {
-		return file
-	}
-	return fmt.Sprintf("%s:%d", file, lineOf(root.Content[0], "roles."+role+".packages"))
-}
+func contains(list []string, s string) bool { return slices.Contains(list, s) }

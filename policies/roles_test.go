@@ -64,7 +64,7 @@ roles:
 		},
 		"YAML that does not parse": {
 			src:  "roles: [\n",
-			want: "roles.yaml: ",
+			want: "roles.yaml:1: did not find expected node content",
 		},
 		"an empty file": {
 			src:  "",

@@ -4,14 +4,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/quantumnode/qn-admission/rego"
+	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
+
+	"github.com/quantumnode/qn-admission/rego"
 )
 
 // RoleParametersKey is where role parameters appear in data.
@@ -45,41 +50,51 @@ type Set struct {
 
 // Load reads a policy directory (roles.yaml, *.rego, data.json|yaml),
 // compiles it as one set, prepares one query per role and runs the Rego unit
-// tests. Any failure is an error naming the file and what broke; nothing is
-// half-loaded.
+// tests. It goes as far as it can in one pass, and its error is Problems:
+// every problem of the role table, the data and the Rego files, each with
+// its file, line and a hint; nothing is half-loaded.
 func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
-	rolesSrc, err := fs.ReadFile(fsys, RolesFile)
-	if err != nil {
-		return nil, fmt.Errorf("read role table: %w", err)
-	}
-	roles, err := ParseRoleTable(RolesFile, rolesSrc)
-	if err != nil {
-		return nil, err
-	}
-	data, dataSrc, err := readData(fsys)
-	if err != nil {
-		return nil, err
-	}
+	var problems Problems
+	rolesSrc, roles := readRoleTable(fsys, &problems)
+	data, dataSrc := readData(fsys, &problems)
 	// Role parameters are data too: a role's policies read data.roles.<role>.
-	if _, clash := data[RoleParametersKey]; clash {
-		return nil, fmt.Errorf("data: top-level key %q is reserved for role parameters (roles.<role>.parameters in %s)", RoleParametersKey, RolesFile)
-	}
-	params := make(map[string]any, len(roles.Roles))
-	for name, r := range roles.Roles {
-		p := r.Parameters
-		if p == nil {
-			p = map[string]any{}
+	params := map[string]any{}
+	if roles != nil {
+		for name, r := range roles.Roles {
+			p := r.Parameters
+			if p == nil {
+				p = map[string]any{}
+			}
+			params[name] = p
 		}
-		params[name] = p
 	}
 	data[RoleParametersKey] = params
 	modules, err := rego.ReadModules(fsys)
 	if err != nil {
-		return nil, err
+		problems = append(problems, &Problem{File: ".", Message: err.Error(), Hint: "make every .rego file readable"})
+		return nil, problems
+	}
+	if len(modules) == 0 {
+		problems = append(problems, &Problem{File: ".", Message: "no .rego files", Hint: "add the Rego packages roles.yaml lists"})
 	}
 	compiled, err := rego.Compile(modules, data, rego.CompileOptions{AllowNetwork: opts.AllowNetwork})
 	if err != nil {
-		return nil, err
+		problems = append(problems, regoProblems(err)...)
+	}
+	if compiled == nil || roles == nil {
+		return nil, problems.err()
+	}
+	for _, name := range roles.Names() {
+		for _, pkg := range roles.Roles[name].Packages {
+			if !compiled.HasPackage(pkg) {
+				problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages",
+					Message: fmt.Sprintf("package %q is not declared by any .rego file (known packages: %s)", pkg, strings.Join(compiled.Packages(), ", ")),
+					Hint:    fmt.Sprintf("fix the name or add a module with `package %s`", pkg)})
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, problems
 	}
 	set := &Set{
 		Revision: contentRevision(rolesSrc, dataSrc, modules),
@@ -91,33 +106,51 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	for _, name := range roles.Names() {
 		packages := roles.Roles[name].Packages
 		v, err := compiled.Prepare(ctx, packages, rego.ValidationRules, opts.EvalTimeout)
-		if err != nil {
-			return nil, fmt.Errorf("%s: roles.%s.packages: %w", roles.packageLine(RolesFile, rolesSrc, name), name, err)
+		if err == nil {
+			set.mutate[name], err = compiled.Prepare(ctx, packages, rego.MutationRules, opts.EvalTimeout)
 		}
-		m, err := compiled.Prepare(ctx, packages, rego.MutationRules, opts.EvalTimeout)
 		if err != nil {
-			return nil, fmt.Errorf("%s: roles.%s.packages: %w", roles.packageLine(RolesFile, rolesSrc, name), name, err)
+			problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages", Message: err.Error()})
 		}
-		set.validate[name], set.mutate[name] = v, m
+		set.validate[name] = v
 	}
-	if !opts.SkipTests {
+	if !opts.SkipTests && len(problems) == 0 {
 		results, err := compiled.RunTests(ctx)
 		if err != nil {
-			return nil, err
+			problems = append(problems, &Problem{File: ".", Message: err.Error(), Hint: "qn-webhook refuses a set whose Rego tests cannot run"})
 		}
-		if failed := rego.FailedTests(results); len(failed) > 0 {
-			var b strings.Builder
-			fmt.Fprintf(&b, "%d of %d Rego tests failed:", len(failed), len(results))
-			for _, f := range failed {
-				fmt.Fprintf(&b, " %s %s.%s: %s;", f.Location, f.Package, f.Name, f.Failure)
-			}
-			return nil, fmt.Errorf("%s", strings.TrimSuffix(b.String(), ";"))
-		}
+		problems = append(problems, TestProblems(results)...)
+	}
+	if len(problems) > 0 {
+		return nil, problems
 	}
 	return set, nil
 }
 
-func readData(fsys fs.FS) (map[string]any, []byte, error) {
+// readRoleTable reads and validates roles.yaml, adding its problems.
+func readRoleTable(fsys fs.FS, problems *Problems) ([]byte, *RoleTable) {
+	src, err := fs.ReadFile(fsys, RolesFile)
+	if err != nil {
+		msg := fmt.Sprintf("read role table: %v", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			msg = "missing: a policy directory needs a role table (read role table: file does not exist)"
+		}
+		*problems = append(*problems, &Problem{File: RolesFile, Message: msg,
+			Hint: "add roles.yaml with defaultRole and at least one role (see rego/bundle/roles.yaml)"})
+		return nil, nil
+	}
+	roles, err := ParseRoleTable(RolesFile, src)
+	if err != nil {
+		*problems = append(*problems, ProblemsOf(err, RolesFile)...)
+		return src, nil
+	}
+	return src, roles
+}
+
+// readData reads data.json and data.yaml into one document, adding their
+// problems. The keys are located with a YAML parse (JSON is YAML); the
+// values decode through JSON, as the policies see them.
+func readData(fsys fs.FS, problems *Problems) (map[string]any, []byte) {
 	data := map[string]any{}
 	var all []byte
 	for _, name := range DataFiles {
@@ -125,19 +158,40 @@ func readData(fsys fs.FS) (map[string]any, []byte, error) {
 		if err != nil {
 			continue // data is optional
 		}
+		all = append(all, src...)
+		var root yamlv3.Node
+		if err := yamlv3.Unmarshal(src, &root); err != nil {
+			p := yamlProblem(name, err)
+			p.Hint = "data must be one JSON or YAML object"
+			*problems = append(*problems, p)
+			continue
+		}
 		var doc map[string]any
 		if err := yaml.Unmarshal(src, &doc); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
+			*problems = append(*problems, &Problem{File: name, Message: err.Error(), Hint: "data must be one JSON or YAML object"})
+			continue
 		}
-		for k, v := range doc {
+		for _, k := range slices.Sorted(maps.Keys(doc)) {
+			v := doc[k]
+			line := 0
+			if len(root.Content) > 0 {
+				line = lineOf(root.Content[0], k)
+			}
+			if k == RoleParametersKey {
+				*problems = append(*problems, &Problem{File: name, Line: line,
+					Message: fmt.Sprintf("top-level key %q is reserved for role parameters (roles.<role>.parameters in %s)", k, RolesFile),
+					Hint:    "put role parameters under roles.<role>.parameters in roles.yaml, or rename the key"})
+				continue
+			}
 			if _, dup := data[k]; dup {
-				return nil, nil, fmt.Errorf("%s: key %q is also defined by another data file", name, k)
+				*problems = append(*problems, &Problem{File: name, Line: line,
+					Message: fmt.Sprintf("key %q is also defined by another data file", k), Hint: "define each top-level key in one data file"})
+				continue
 			}
 			data[k] = v
 		}
-		all = append(all, src...)
 	}
-	return data, all, nil
+	return data, all
 }
 
 // contentRevision names a policy directory by a hash of what it contains, so

@@ -5,7 +5,9 @@
 package rego
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -29,12 +31,9 @@ type CompileOptions struct {
 	AllowNetwork bool
 }
 
-// networkBuiltins are removed from the capabilities unless AllowNetwork is set.
-var networkBuiltins = map[string]bool{
-	"http.send":          true,
-	"net.lookup_ip_addr": true,
-	"opa.runtime":        true,
-}
+// NetworkBuiltins are removed from the capabilities unless AllowNetwork is
+// set: a policy that calls one fails to compile.
+var NetworkBuiltins = []string{"http.send", "net.lookup_ip_addr", "opa.runtime"}
 
 // Compiled is a whole policy set compiled together: every module and the data
 // document. It is immutable and safe for concurrent use.
@@ -54,7 +53,7 @@ func Capabilities(opts CompileOptions) *ast.Capabilities {
 	}
 	kept := caps.Builtins[:0:0]
 	for _, b := range caps.Builtins {
-		if !networkBuiltins[b.Name] {
+		if !slices.Contains(NetworkBuiltins, b.Name) {
 			kept = append(kept, b)
 		}
 	}
@@ -64,20 +63,26 @@ func Capabilities(opts CompileOptions) *ast.Capabilities {
 }
 
 // Compile parses and compiles modules together with data (the document
-// policies read as data). Errors name the file, line and column.
+// policies read as data). The error wraps OPA's ast.Errors, each with its
+// file, line and column: every module's parse errors, or else the
+// compiler's errors.
 func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compiled, error) {
 	parsed := make(map[string]*ast.Module, len(modules))
-	var errs []string
+	var errs ast.Errors
 	for _, m := range modules {
 		mod, err := ast.ParseModuleWithOpts(m.Path, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
 		if err != nil {
-			errs = append(errs, err.Error())
+			var parseErrs ast.Errors
+			if !errors.As(err, &parseErrs) {
+				parseErrs = ast.Errors{ast.NewError(ast.ParseErr, &ast.Location{File: m.Path}, "%v", err)}
+			}
+			errs = append(errs, parseErrs...)
 			continue
 		}
 		parsed[m.Path] = mod
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("parse policies: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("parse policies: %w", errs)
 	}
 	compiler := ast.NewCompiler().
 		WithCapabilities(Capabilities(opts)).

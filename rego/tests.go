@@ -16,6 +16,8 @@ type TestResult struct {
 	Package  string
 	Name     string
 	Location string // file:line of the test rule
+	File     string
+	Line     int
 	Passed   bool
 	Skipped  bool
 	// Failure says why a test did not pass: false, undefined or an error.
@@ -54,6 +56,7 @@ func (c *Compiled) RunTests(ctx context.Context) ([]TestResult, error) {
 		}
 		if r.Location != nil {
 			tr.Location = fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row)
+			tr.File, tr.Line = r.Location.File, r.Location.Row
 		}
 		switch {
 		case r.Error != nil:

@@ -3,6 +3,8 @@ package webhook
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -12,10 +14,6 @@ import (
 
 	"github.com/quantumnode/qn-admission/policies"
 )
-
-var knownOperations = map[admissionv1.Operation]bool{
-	admissionv1.Create: true, admissionv1.Update: true, admissionv1.Delete: true, admissionv1.Connect: true,
-}
 
 // ownKinds maps the kinds this project defines to their resources, so a
 // request whose kind and resource disagree is refused instead of slipping
@@ -31,8 +29,8 @@ var ownKinds = map[schema.GroupKind]string{
 // It fills in.Object, in.OldObject and in.Facts from in.Request.
 func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.Input, error) {
 	in := &policies.Input{Request: req}
-	if !knownOperations[req.Operation] {
-		return nil, fmt.Errorf("request.operation %q is not one of CREATE, UPDATE, DELETE, CONNECT", req.Operation)
+	if !slices.Contains(policies.Operations, string(req.Operation)) {
+		return nil, fmt.Errorf("request.operation %q is not one of %s", req.Operation, strings.Join(policies.Operations, ", "))
 	}
 	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
 	if req.Kind.Kind == "" || req.Kind.Version == "" {

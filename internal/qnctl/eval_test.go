@@ -174,7 +174,7 @@ func TestEvalBadInputIsAClearErrorWithExit2(t *testing.T) {
 		"--resource with a review":                   {[]string{"testdata/inputs/review-kind-mismatch.json", "--resource", "x"}, "--resource applies to a plain object"},
 		"no file":                                    {nil, "accepts 1 arg(s), received 0"},
 		"an unknown flag":                            {[]string{"x", "--bogus"}, "unknown flag: --bogus"},
-		"a policy whose Rego tests fail":             {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})}, "1 of 1 Rego tests failed: nodes_test.rego:3"},
+		"a policy whose Rego tests fail":             {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})}, "nodes_test.rego:3: demo.nodes_test.test_fails: test rule evaluated to false or undefined"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

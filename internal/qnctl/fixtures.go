@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -216,10 +217,12 @@ func yamlError(file string, err error) error {
 	msg = strings.ReplaceAll(msg, "\n  ", "; ")
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if n, tail, ok := strings.Cut(rest, ": "); ok {
-			return fmt.Errorf("%s:%s: %s", file, n, strings.ReplaceAll(tail, "in type qnctl.", "in "))
+			if line, err := strconv.Atoi(n); err == nil {
+				return &fixtureError{file: file, line: line, msg: strings.ReplaceAll(tail, "in type qnctl.", "in ")}
+			}
 		}
 	}
-	return fmt.Errorf("%s: %s", file, msg)
+	return &fixtureError{file: file, msg: msg}
 }
 
 func caseLines(root *yaml.Node) []int {

@@ -8,15 +8,11 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/rego"
@@ -28,14 +24,12 @@ const (
 	severityWarning = "warning"
 )
 
-// problem is one lint finding, at a file and line, with a fix hint.
+// problem is one lint finding: a problem of the loader's (file, line,
+// column, field path, message, hint) or one of lint's own, and how severe
+// it is.
 type problem struct {
-	File     string `json:"file"`
-	Line     int    `json:"line,omitempty"`
-	Column   int    `json:"column,omitempty"`
+	policies.Problem
 	Severity string `json:"severity"`
-	Message  string `json:"message"`
-	Hint     string `json:"hint,omitempty"`
 }
 
 func (p problem) location() string {
@@ -47,6 +41,20 @@ func (p problem) location() string {
 		}
 	}
 	return s
+}
+
+// text is the finding after its location: severity, field path, message.
+func (p problem) text() string {
+	if p.Path != "" {
+		return p.Severity + ": " + p.Path + ": " + p.Message
+	}
+	return p.Severity + ": " + p.Message
+}
+
+func lintError(p *policies.Problem) problem { return problem{Problem: *p, Severity: severityError} }
+
+func lintWarning(file string, line int, message, hint string) problem {
+	return problem{Problem: policies.Problem{File: file, Line: line, Message: message, Hint: hint}, Severity: severityWarning}
 }
 
 type lintOptions struct {
@@ -157,143 +165,47 @@ func runLint(ctx context.Context, opts *Options, o *lintOptions, dir string, w i
 	return nil
 }
 
-// lintDirectory runs the checks in the order the server loads a set, and
-// goes as far as it can so that one run shows every problem.
+// lintDirectory loads the directory as qn-webhook does and reports every
+// problem the load found, then what lint adds: warnings the server does not
+// refuse a set for, and each failing Rego test.
 func lintDirectory(ctx context.Context, opts *Options, r *lintReport, fsys fs.FS, dir string) {
 	for _, misnamed := range [][2]string{{"roles.yml", policies.RolesFile}, {"data.yml", "data.yaml"}} {
 		if _, err := fs.Stat(fsys, misnamed[0]); err == nil {
-			r.add(problem{File: misnamed[0], Severity: severityWarning, Message: "this file is not read",
-				Hint: fmt.Sprintf("rename it to %s", misnamed[1])})
+			r.add(lintWarning(misnamed[0], 0, "this file is not read", fmt.Sprintf("rename it to %s", misnamed[1])))
 		}
 	}
-	var table *policies.RoleTable
-	rolesSrc, err := fs.ReadFile(fsys, policies.RolesFile)
-	if err != nil {
-		r.add(problem{File: policies.RolesFile, Severity: severityError, Message: "missing: a policy directory needs a role table",
-			Hint: "add roles.yaml with defaultRole and at least one role (see rego/bundle/roles.yaml)"})
-	} else if table, err = policies.ParseRoleTable(policies.RolesFile, rolesSrc); err != nil {
-		p := problemFromMessage(err.Error(), policies.RolesFile)
-		p.Hint = "the message says what is valid here; roles.yaml's fields: defaultRole, exemptions, roles.<name>.{operations, window, packages, enforcement, onError, parameters}"
-		r.add(p)
-		table = nil
-	}
-	data, dataOK := lintData(r, fsys)
-
-	modules, err := rego.ReadModules(fsys)
-	if err != nil {
-		r.add(problem{File: ".", Severity: severityError, Message: err.Error(), Hint: "make every .rego file readable"})
-		return
-	}
-	if len(modules) == 0 {
-		r.add(problem{File: ".", Severity: severityError, Message: "no .rego files", Hint: "add the Rego packages roles.yaml lists"})
-	}
-	parsed := true
-	for _, m := range modules {
-		if _, err := ast.ParseModuleWithOpts(m.Path, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1}); err != nil {
-			parsed = false
-			addRegoErrors(r, m.Path, err)
-		}
-	}
-	if !parsed || !dataOK {
-		return
-	}
-	compiled, err := rego.Compile(modules, data, rego.CompileOptions{AllowNetwork: opts.AllowNetworkBuiltins})
-	if err != nil {
-		addRegoErrors(r, ".", err)
-		return
-	}
-	if table == nil {
-		return
-	}
-	packagesOK := lintRolePackages(r, table, compiled, rolesSrc)
-	if !packagesOK || r.errors() > 0 {
-		return
-	}
-	// The server's own load, as a hot reload runs it; the Rego tests run
-	// separately so each failing test is its own problem.
+	// The Rego tests run apart so that lint can count them.
 	var set *policies.Set
+	var err error
 	if dir == "" {
 		set, err = policies.Load(ctx, fsys, opts.loadOptions(true))
 	} else {
 		set, err = policies.LoadDir(ctx, dir, opts.loadOptions(true))
 	}
 	if err != nil {
-		p := problemFromMessage(strings.TrimPrefix(err.Error(), "policy directory "+dir+": "), ".")
-		p.Hint = "qn-webhook would keep serving its last good set; fix this first"
-		r.add(p)
+		for _, p := range policies.ProblemsOf(err, ".") {
+			r.add(lintError(p))
+		}
 		return
 	}
+	rolesSrc, _ := fs.ReadFile(fsys, policies.RolesFile)
+	lintInertPackages(r, set, rolesSrc)
 	results, err := set.Compiled.RunTests(ctx)
 	if err != nil {
-		r.add(problem{File: ".", Severity: severityError, Message: err.Error(), Hint: "qn-webhook refuses a set whose Rego tests cannot run"})
+		r.add(lintError(&policies.Problem{File: ".", Message: err.Error(), Hint: "qn-webhook refuses a set whose Rego tests cannot run"}))
 		return
 	}
-	for _, f := range rego.FailedTests(results) {
-		p := problemFromMessage(f.Location+": "+strings.TrimPrefix(f.Package, "data.")+"."+f.Name+": "+f.Failure, ".")
-		p.Hint = "qn-webhook refuses a set whose Rego tests fail; fix the policy or the test (qnctl test shows every result)"
-		r.add(p)
+	for _, p := range policies.TestProblems(results) {
+		r.add(lintError(p))
 	}
-	r.Checked = fmt.Sprintf("%d roles, %d Rego files, %d Rego tests", len(table.Roles), len(modules), len(results))
+	r.Checked = fmt.Sprintf("%d roles, %d Rego files, %d Rego tests", len(set.Roles.Roles), len(set.Compiled.Modules()), len(results))
 }
 
-// lintData checks data.json and data.yaml as the server reads them.
-func lintData(r *lintReport, fsys fs.FS) (map[string]any, bool) {
-	data := map[string]any{}
-	ok := true
-	for _, name := range policies.DataFiles {
-		src, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			continue
-		}
-		var doc map[string]any
-		if err := yaml.Unmarshal(src, &doc); err != nil {
-			p := problemFromMessage(name+": "+err.Error(), name)
-			p.Hint = "data must be one JSON or YAML object"
-			r.add(p)
-			ok = false
-			continue
-		}
-		for k, v := range doc {
-			if k == policies.RoleParametersKey {
-				r.add(problem{File: name, Line: lineOfKey(src, k), Severity: severityError,
-					Message: fmt.Sprintf("top-level key %q is reserved for role parameters", k),
-					Hint:    "put role parameters under roles.<role>.parameters in roles.yaml, or rename the key"})
-				ok = false
-				continue
-			}
-			if _, dup := data[k]; dup {
-				r.add(problem{File: name, Line: lineOfKey(src, k), Severity: severityError,
-					Message: fmt.Sprintf("key %q is also defined by another data file", k), Hint: "define each top-level key in one data file"})
-				ok = false
-				continue
-			}
-			data[k] = v
-		}
-	}
-	data[policies.RoleParametersKey] = map[string]any{}
-	return data, ok
-}
-
-// lineOfKey finds the line of a top-level key in a YAML or JSON document.
-func lineOfKey(src []byte, key string) int {
-	q := regexp.QuoteMeta(key)
-	for _, re := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^\s*"?` + q + `"?\s*:`),
-		regexp.MustCompile(`"` + q + `"\s*:`),
-	} {
-		if loc := re.FindIndex(src); loc != nil {
-			return 1 + strings.Count(string(src[:loc[0]]), "\n")
-		}
-	}
-	return 0
-}
-
-// lintRolePackages checks that every package a role lists exists and
-// contributes something.
-func lintRolePackages(r *lintReport, t *policies.RoleTable, c *rego.Compiled, rolesSrc []byte) bool {
-	ok := true
+// lintInertPackages warns of packages a role lists that have no deny, warn
+// or patch rule: they load, but never affect a decision.
+func lintInertPackages(r *lintReport, set *policies.Set, rolesSrc []byte) {
 	rules := map[string]map[string]bool{}
-	for _, mod := range c.Modules() {
+	for _, mod := range set.Compiled.Modules() {
 		pkg := rego.PackageName(mod)
 		if rules[pkg] == nil {
 			rules[pkg] = map[string]bool{}
@@ -304,125 +216,46 @@ func lintRolePackages(r *lintReport, t *policies.RoleTable, c *rego.Compiled, ro
 			}
 		}
 	}
-	for _, name := range t.Names() {
+	for _, name := range set.Roles.Names() {
 		line := policies.RoleTableLine(rolesSrc, "roles."+name+".packages")
-		for _, pkg := range t.Roles[name].Packages {
-			if !c.HasPackage(pkg) {
-				ok = false
-				r.add(problem{File: policies.RolesFile, Line: line, Severity: severityError,
-					Message: fmt.Sprintf("roles.%s.packages: package %q is not declared by any .rego file", name, pkg),
-					Hint:    fmt.Sprintf("fix the name or add a module with `package %s`; known packages: %s", pkg, strings.Join(c.Packages(), ", "))})
-				continue
-			}
+		for _, pkg := range set.Roles.Roles[name].Packages {
 			if !rules[pkg]["deny"] && !rules[pkg]["warn"] && !rules[pkg]["patch"] {
-				r.add(problem{File: policies.RolesFile, Line: line, Severity: severityWarning,
-					Message: fmt.Sprintf("roles.%s.packages: package %q has no deny, warn or patch rule, so it never affects a decision", name, pkg),
-					Hint:    "add `deny contains msg if { ... }` (or warn/patch) to it, or drop it from the list"})
+				w := lintWarning(policies.RolesFile, line,
+					fmt.Sprintf("package %q has no deny, warn or patch rule, so it never affects a decision", pkg),
+					"add `deny contains msg if { ... }` (or warn/patch) to it, or drop it from the list")
+				w.Path = "roles." + name + ".packages"
+				r.add(w)
 			}
 		}
 	}
-	return ok
-}
-
-// addRegoErrors turns OPA parse and compile errors into problems, one per
-// error, with a hint by error code.
-func addRegoErrors(r *lintReport, file string, err error) {
-	var errs ast.Errors
-	if !errors.As(err, &errs) {
-		p := problemFromMessage(err.Error(), file)
-		r.add(p)
-		return
-	}
-	for _, e := range errs {
-		p := problem{File: file, Severity: severityError, Message: e.Message, Hint: regoHint(e)}
-		if e.Code != "" {
-			p.Message = e.Code + ": " + e.Message
-		}
-		if e.Location != nil {
-			p.File, p.Line, p.Column = e.Location.File, e.Location.Row, e.Location.Col
-		}
-		r.add(p)
-	}
-}
-
-var networkBuiltins = []string{"http.send", "net.lookup_ip_addr", "opa.runtime"}
-
-func regoHint(e *ast.Error) string {
-	msg := e.Message
-	switch e.Code {
-	case ast.ParseErr:
-		if strings.Contains(msg, "`if` keyword is required") || strings.Contains(msg, "`contains` keyword is required") {
-			return "policies are Rego v1: write `deny contains msg if { ... }` (`opa fmt --v0-v1` rewrites a v0 file)"
-		}
-		return "fix the syntax at this position; policies are Rego v1"
-	case ast.UnsafeVarErr:
-		return "bind the variable before using it (`some x in ...`, `x := ...`) or read it from input or data"
-	case ast.RecursionErr:
-		return "a rule must not depend on itself; break the cycle"
-	case ast.TypeErr:
-		if strings.Contains(msg, "undefined function") {
-			for _, b := range networkBuiltins {
-				if strings.Contains(msg, b) {
-					return "network built-ins are off so a decision never waits on the network; pass --allow-network-builtins to qn-webhook and qnctl only if a policy must call " + b
-				}
-			}
-			return "check the function's name and arity (built-ins: https://www.openpolicyagent.org/docs/policy-reference)"
-		}
-		if strings.Contains(msg, "undefined ref") {
-			return "check the spelling of the rule, package or import this refers to"
-		}
-		return "the operand types do not fit this call or comparison"
-	}
-	return "`opa check` on the directory reports the same error"
-}
-
-var messageLocation = regexp.MustCompile(`^([^\s:]+\.(?:yaml|yml|json|rego)):(\d+)(?::(\d+))?:\s*(.*)$`)
-var yamlLine = regexp.MustCompile(`^([^\s:]+\.(?:yaml|yml|json)):.*?line (\d+):\s*(.*)$`)
-
-// problemFromMessage reads "file:line: message" (or "file: ... line N: ...")
-// from an error message; file is used when the message names none.
-func problemFromMessage(msg, file string) problem {
-	p := problem{File: file, Severity: severityError, Message: msg}
-	if m := messageLocation.FindStringSubmatch(msg); m != nil {
-		p.File, p.Message = m[1], m[4]
-		p.Line, _ = strconv.Atoi(m[2])
-		p.Column, _ = strconv.Atoi(m[3])
-		return p
-	}
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		p.File, p.Message = m[1], m[3]
-		p.Line, _ = strconv.Atoi(m[2])
-	}
-	return p
 }
 
 // lintFixtures reports every problem of the fixture files.
 func lintFixtures(r *lintReport, root string) {
 	files, err := fixtureFiles(root)
 	if err != nil {
-		r.add(problem{File: root, Severity: severityError, Message: err.Error()})
+		r.add(lintError(&policies.Problem{File: root, Message: err.Error()}))
 		return
 	}
 	_, err = loadFixtures(files, time.Now())
 	if err == nil {
 		return
 	}
+	const hint = "see README, Writing and testing policies, for the fixture format"
 	for _, e := range flatten(err) {
+		p := &policies.Problem{File: root, Message: e.Error(), Hint: hint}
 		var fe *fixtureError
 		if errors.As(e, &fe) {
-			r.add(problem{File: fe.file, Line: fe.line, Severity: severityError, Message: fe.msg, Hint: "see README, Writing and testing policies, for the fixture format"})
-			continue
+			p.File, p.Line, p.Message = fe.file, fe.line, fe.msg
 		}
-		p := problemFromMessage(e.Error(), root)
-		p.Hint = "see README, Writing and testing policies, for the fixture format"
-		r.add(p)
+		r.add(lintError(p))
 	}
 }
 
 func writeLintText(w io.Writer, r *lintReport) error {
 	tw := &textWriter{w: w}
 	for _, p := range r.Problems {
-		tw.line(fmt.Sprintf("%s: %s: %s", p.location(), p.Severity, p.Message))
+		tw.line(p.location() + ": " + p.text())
 		if p.Hint != "" {
 			tw.line("    hint: " + p.Hint)
 		}

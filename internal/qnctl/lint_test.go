@@ -44,6 +44,21 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 			wantCode: ExitFailed,
 			want:     []string{`roles.yaml:4: error: roles.standard.operations: "PATCH" is not an operation (use CREATE, UPDATE, DELETE, CONNECT)`},
 		},
+		"every role table mistake and a Rego error in one run": {
+			edits: map[string]string{
+				"roles.yaml":  "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE, PATCH]\n    packages: [demo.nodes]\n    enforcement: audit\n    window: {limit: 0, period: soon}\n",
+				"broken.rego": "package demo.broken\n\nwarn contains msg if {\n\tmsg := y\n}\n",
+			},
+			wantCode: ExitFailed,
+			want: []string{
+				`roles.yaml:4: error: roles.standard.operations: "PATCH" is not an operation`,
+				`roles.yaml:6: error: roles.standard.enforcement: "audit" is not an enforcement`,
+				`roles.yaml:7: error: roles.standard.window.limit: 0 admits nothing`,
+				`roles.yaml:7: error: roles.standard.window.period: "soon" is not a positive duration`,
+				"broken.rego:4:2: error: rego_unsafe_var_error: var y is unsafe",
+				"5 errors, 0 warnings",
+			},
+		},
 		"a package the role table lists but no file declares": {
 			edits:    map[string]string{"roles.yaml": "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes, demo.typo]\n"},
 			wantCode: ExitFailed,

@@ -1,0 +1,163 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// Problem is one thing wrong with a policy directory: where it is, what is
+// wrong and how to fix it. It is modelled on OPA's ast.Error and its
+// Location, for the YAML files as well as the Rego ones.
+type Problem struct {
+	// File is the file's path inside the policy directory ("roles.yaml",
+	// "nodes.rego"), or "." for the directory as a whole.
+	File string `json:"file"`
+	// Line and Column are 1-based; 0 when unknown.
+	Line   int `json:"line,omitempty"`
+	Column int `json:"column,omitempty"`
+	// Path is the field in a YAML file ("roles.realtime.window.limit"), or
+	// the Rego test ("qn.quantumnode_test.test_arch") that failed.
+	Path    string `json:"path,omitempty"`
+	Message string `json:"message"`
+	// Hint says how to fix it.
+	Hint string `json:"hint,omitempty"`
+}
+
+// Error is "file:line: path: message", the column and hint left out as
+// OPA's errors do.
+func (p *Problem) Error() string {
+	var b strings.Builder
+	b.WriteString(p.File)
+	if p.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(p.Line))
+	}
+	if p.Path != "" {
+		b.WriteString(": " + p.Path)
+	}
+	b.WriteString(": " + p.Message)
+	return b.String()
+}
+
+// Problems are every problem one load found. As an error it is what Load
+// returns when the directory cannot be served; errors.As finds it through
+// the context LoadDir adds.
+type Problems []*Problem
+
+func (ps Problems) Error() string {
+	if len(ps) == 1 {
+		return ps[0].Error()
+	}
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.Error()
+	}
+	return fmt.Sprintf("%d problems: %s", len(ps), strings.Join(msgs, "; "))
+}
+
+// err is ps as an error, nil when there are none.
+func (ps Problems) err() error {
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps
+}
+
+// ProblemsOf returns the problems in err: the Problems it wraps, or err as
+// one problem of file when it carries none.
+func ProblemsOf(err error, file string) Problems {
+	var ps Problems
+	if errors.As(err, &ps) {
+		return ps
+	}
+	var p *Problem
+	if errors.As(err, &p) {
+		return Problems{p}
+	}
+	return Problems{{File: file, Message: err.Error()}}
+}
+
+// yamlProblem turns a YAML decoding error ("yaml: line 3: did not find
+// expected key") into a problem at its line.
+func yamlProblem(file string, err error) *Problem {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	p := &Problem{File: file, Message: msg}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, m, ok := strings.Cut(rest, ": "); ok {
+			if line, err := strconv.Atoi(n); err == nil {
+				p.Line, p.Message = line, m
+			}
+		}
+	}
+	return p
+}
+
+// regoProblems turns the errors of rego.Compile into problems, one per
+// parse or compile error, with a hint by error code.
+func regoProblems(err error) Problems {
+	var errs ast.Errors
+	if !errors.As(err, &errs) {
+		return Problems{{File: ".", Message: err.Error()}}
+	}
+	ps := make(Problems, 0, len(errs))
+	for _, e := range errs {
+		p := &Problem{File: ".", Message: e.Message, Hint: regoHint(e)}
+		if e.Code != "" {
+			p.Message = e.Code + ": " + e.Message
+		}
+		if e.Location != nil {
+			p.File, p.Line, p.Column = e.Location.File, e.Location.Row, e.Location.Col
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func regoHint(e *ast.Error) string {
+	msg := e.Message
+	switch e.Code {
+	case ast.ParseErr:
+		if strings.Contains(msg, "`if` keyword is required") || strings.Contains(msg, "`contains` keyword is required") {
+			return "policies are Rego v1: write `deny contains msg if { ... }` (`opa fmt --v0-v1` rewrites a v0 file)"
+		}
+		return "fix the syntax at this position; policies are Rego v1"
+	case ast.UnsafeVarErr:
+		return "bind the variable before using it (`some x in ...`, `x := ...`) or read it from input or data"
+	case ast.RecursionErr:
+		return "a rule must not depend on itself; break the cycle"
+	case ast.TypeErr:
+		if strings.Contains(msg, "undefined function") {
+			for _, b := range rego.NetworkBuiltins {
+				if strings.Contains(msg, b) {
+					return "network built-ins are off so a decision never waits on the network; pass --allow-network-builtins to qn-webhook and qnctl only if a policy must call " + b
+				}
+			}
+			return "check the function's name and arity (built-ins: https://www.openpolicyagent.org/docs/policy-reference)"
+		}
+		if strings.Contains(msg, "undefined ref") {
+			return "check the spelling of the rule, package or import this refers to"
+		}
+		return "the operand types do not fit this call or comparison"
+	}
+	return "`opa check` on the directory reports the same error"
+}
+
+// TestProblems are the failed Rego tests of results, each a problem at its
+// test rule.
+func TestProblems(results []rego.TestResult) Problems {
+	var ps Problems
+	for _, f := range rego.FailedTests(results) {
+		ps = append(ps, &Problem{
+			File: f.File, Line: f.Line,
+			Path:    strings.TrimPrefix(f.Package, "data.") + "." + f.Name,
+			Message: f.Failure,
+			Hint:    "qn-webhook refuses a set whose Rego tests fail; fix the policy or the test (qnctl test shows every result)",
+		})
+	}
+	return ps
+}
