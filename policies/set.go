@@ -84,36 +84,11 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	if compiled == nil || roles == nil {
 		return nil, problems.err()
 	}
-	for _, name := range roles.Names() {
-		for _, pkg := range roles.Roles[name].Packages {
-			if !compiled.HasPackage(pkg) {
-				problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages",
-					Message: fmt.Sprintf("package %q is not declared by any .rego file (known packages: %s)", pkg, strings.Join(compiled.Packages(), ", ")),
-					Hint:    fmt.Sprintf("fix the name or add a module with `package %s`", pkg)})
-			}
-		}
-	}
-	if len(problems) > 0 {
+	if problems = append(problems, undeclaredPackages(roles, rolesSrc, compiled)...); len(problems) > 0 {
 		return nil, problems
 	}
-	set := &Set{
-		Revision: contentRevision(rolesSrc, dataSrc, modules),
-		Roles:    roles,
-		Compiled: compiled,
-		validate: make(map[string]*rego.Query, len(roles.Roles)),
-		mutate:   make(map[string]*rego.Query, len(roles.Roles)),
-	}
-	for _, name := range roles.Names() {
-		packages := roles.Roles[name].Packages
-		v, err := compiled.Prepare(ctx, packages, rego.ValidationRules, opts.EvalTimeout)
-		if err == nil {
-			set.mutate[name], err = compiled.Prepare(ctx, packages, rego.MutationRules, opts.EvalTimeout)
-		}
-		if err != nil {
-			problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages", Message: err.Error()})
-		}
-		set.validate[name] = v
-	}
+	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules), Roles: roles, Compiled: compiled}
+	problems = set.prepare(ctx, rolesSrc, opts.EvalTimeout)
 	if !opts.SkipTests && len(problems) == 0 {
 		results, err := compiled.RunTests(ctx)
 		if err != nil {
@@ -125,6 +100,40 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 		return nil, problems
 	}
 	return set, nil
+}
+
+// undeclaredPackages are the packages roles list that no module declares.
+func undeclaredPackages(roles *RoleTable, rolesSrc []byte, compiled *rego.Compiled) Problems {
+	var problems Problems
+	for _, name := range roles.Names() {
+		for _, pkg := range roles.Roles[name].Packages {
+			if !compiled.HasPackage(pkg) {
+				problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages",
+					Message: fmt.Sprintf("package %q is not declared by any .rego file (known packages: %s)", pkg, strings.Join(compiled.Packages(), ", ")),
+					Hint:    fmt.Sprintf("fix the name or add a module with `package %s`", pkg)})
+			}
+		}
+	}
+	return problems
+}
+
+// prepare builds each role's validation and mutation queries.
+func (s *Set) prepare(ctx context.Context, rolesSrc []byte, timeout time.Duration) Problems {
+	var problems Problems
+	s.validate = make(map[string]*rego.Query, len(s.Roles.Roles))
+	s.mutate = make(map[string]*rego.Query, len(s.Roles.Roles))
+	for _, name := range s.Roles.Names() {
+		packages := s.Roles.Roles[name].Packages
+		v, err := s.Compiled.Prepare(ctx, packages, rego.ValidationRules, timeout)
+		if err == nil {
+			s.mutate[name], err = s.Compiled.Prepare(ctx, packages, rego.MutationRules, timeout)
+		}
+		if err != nil {
+			problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages", Message: err.Error()})
+		}
+		s.validate[name] = v
+	}
+	return problems
 }
 
 // readRoleTable reads and validates roles.yaml, adding its problems.
