@@ -58,7 +58,7 @@ type webhookAnswer struct {
 // outcome is what the webhooks answered for one evaluation.
 type outcome struct {
 	// Source names the object judged (file, document, list item).
-	Source string
+	Source   string
 	Mutate   *webhookAnswer
 	Validate *webhookAnswer
 	// Patched is the object after the mutating webhook's patch: what the
