@@ -14,8 +14,8 @@ run:
 run-controller:
 	$(GO) run ./cmd/qn-controller
 
-## test: every test: gofmt, vet, unit tests, then end-to-end tests against a real kube-apiserver
-test: fmt-check vet policy-test
+## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver
+test: fmt-check vet staticcheck policy-test
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -race -count=1 -timeout 25m ./...
 
 ## policy-test: the bundled policies' Rego unit tests and fixture cases, run by qnctl as a policy author would
@@ -50,6 +50,12 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck is pinned; `go run` builds it once into the module cache.
+STATICCHECK_VERSION ?= v0.8.2
+.PHONY: staticcheck
+staticcheck:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 clean:
 	rm -rf $(BIN)
