@@ -50,70 +50,72 @@ func room(l Limit, count int) State {
 }
 
 func TestRealtimeWindowFreesOneSlotWhenTheOldestChangeLeaves(t *testing.T) {
-	s, clk := newStore(MemoryOptions{})
-	const spacing = 250 * time.Millisecond
-	at := func(d time.Duration) { clk.SetTime(t0.Add(d)) }
-	attempt := 0
-	next := func() (State, bool) {
-		attempt++
-		return take(t, s, "alice", realtime, fmt.Sprintf("req-%d", attempt))
-	}
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		s, clk := sut.new(t)
+		const spacing = 250 * time.Millisecond
+		at := func(d time.Duration) { clk.SetTime(t0.Add(d)) }
+		attempt := 0
+		next := func() (State, bool) {
+			attempt++
+			return take(t, s, "alice", realtime, fmt.Sprintf("req-%d", attempt))
+		}
 
-	// 120 changes, one every 250 ms: the last lands at 29.75 s.
-	for i := range 120 {
-		at(time.Duration(i) * spacing)
-		st, ok := next()
-		want := room(realtime, i+1)
-		if i == 119 {
-			want = full(realtime, 60*time.Second-119*spacing)
+		// 120 changes, one every 250 ms: the last lands at 29.75 s.
+		for i := range 120 {
+			at(time.Duration(i) * spacing)
+			st, ok := next()
+			want := room(realtime, i+1)
+			if i == 119 {
+				want = full(realtime, 60*time.Second-119*spacing)
+			}
+			if !ok || st != want {
+				t.Fatalf("change %d: admitted=%v %+v, want admitted %+v", i+1, ok, st, want)
+			}
 		}
-		if !ok || st != want {
-			t.Fatalf("change %d: admitted=%v %+v, want admitted %+v", i+1, ok, st, want)
-		}
-	}
 
-	at(30 * time.Second)
-	if st, ok := next(); ok || st != full(realtime, 30*time.Second) {
-		t.Fatalf("121st change: admitted=%v %+v, want denied, retry after the first change leaves at 60 s", ok, st)
-	}
-	at(60*time.Second - time.Nanosecond)
-	if st, ok := next(); ok || st != full(realtime, time.Nanosecond) {
-		t.Fatalf("one nanosecond before the first change leaves: admitted=%v %+v, want denied", ok, st)
-	}
+		at(30 * time.Second)
+		if st, ok := next(); ok || st != full(realtime, 30*time.Second) {
+			t.Fatalf("121st change: admitted=%v %+v, want denied, retry after the first change leaves at 60 s", ok, st)
+		}
+		at(60*time.Second - sut.tick)
+		if st, ok := next(); ok || st != full(realtime, sut.tick) {
+			t.Fatalf("one nanosecond before the first change leaves: admitted=%v %+v, want denied", ok, st)
+		}
 
-	// Exactly t0+60s: the first change has left, one slot is free.
-	at(60 * time.Second)
-	if st := peek(t, s, "alice", realtime); st != room(realtime, 119) {
-		t.Fatalf("at t0+60s Peek = %+v, want one slot free", st)
-	}
-	if st, ok := next(); !ok || st != full(realtime, spacing) {
-		t.Fatalf("122nd attempt at t0+60s: admitted=%v %+v, want admitted into the freed slot", ok, st)
-	}
-	if st, ok := next(); ok || st != full(realtime, spacing) {
-		t.Fatalf("the attempt after it: admitted=%v %+v, want denied until the second change leaves", ok, st)
-	}
+		// Exactly t0+60s: the first change has left, one slot is free.
+		at(60 * time.Second)
+		if st := peek(t, s, "alice", realtime); st != room(realtime, 119) {
+			t.Fatalf("at t0+60s Peek = %+v, want one slot free", st)
+		}
+		if st, ok := next(); !ok || st != full(realtime, spacing) {
+			t.Fatalf("122nd attempt at t0+60s: admitted=%v %+v, want admitted into the freed slot", ok, st)
+		}
+		if st, ok := next(); ok || st != full(realtime, spacing) {
+			t.Fatalf("the attempt after it: admitted=%v %+v, want denied until the second change leaves", ok, st)
+		}
 
-	// The remaining changes leave one by one, each freeing exactly one slot.
-	for i := 1; i < 120; i++ {
-		leaves := 60*time.Second + time.Duration(i)*spacing
-		at(leaves - time.Nanosecond)
-		if st, ok := next(); ok || st != full(realtime, time.Nanosecond) {
-			t.Fatalf("just before change %d leaves: admitted=%v %+v, want denied", i+1, ok, st)
+		// The remaining changes leave one by one, each freeing exactly one slot.
+		for i := 1; i < 120; i++ {
+			leaves := 60*time.Second + time.Duration(i)*spacing
+			at(leaves - sut.tick)
+			if st, ok := next(); ok || st != full(realtime, sut.tick) {
+				t.Fatalf("just before change %d leaves: admitted=%v %+v, want denied", i+1, ok, st)
+			}
+			at(leaves)
+			// The oldest left is the next original change, until none is
+			// left and the oldest is the one admitted at t0+60s.
+			retry := spacing
+			if i == 119 {
+				retry = 60*time.Second - 119*spacing
+			}
+			if st, ok := next(); !ok || st != full(realtime, retry) {
+				t.Fatalf("as change %d leaves: admitted=%v %+v, want admitted", i+1, ok, st)
+			}
+			if _, ok := next(); ok {
+				t.Fatalf("as change %d leaves: a second change was admitted into one freed slot", i+1)
+			}
 		}
-		at(leaves)
-		// The oldest left is the next original change, until none is
-		// left and the oldest is the one admitted at t0+60s.
-		retry := spacing
-		if i == 119 {
-			retry = 60*time.Second - 119*spacing
-		}
-		if st, ok := next(); !ok || st != full(realtime, retry) {
-			t.Fatalf("as change %d leaves: admitted=%v %+v, want admitted", i+1, ok, st)
-		}
-		if _, ok := next(); ok {
-			t.Fatalf("as change %d leaves: a second change was admitted into one freed slot", i+1)
-		}
-	}
+	})
 }
 
 // step is one call in a scenario: set the clock to t0+at, then Take (or
@@ -135,12 +137,17 @@ type scenario struct {
 	limit Limit
 	steps []step
 	// after, when set, inspects the store at the end.
-	after func(t *testing.T, s *MemoryStore)
+	after func(t *testing.T, s Store)
 }
 
-func (sc scenario) run(t *testing.T) {
+// on runs the scenario against a fresh store of sut's kind.
+func (sc scenario) on(sut storeUnderTest) func(t *testing.T) {
+	return func(t *testing.T) { sc.runOn(t, sut) }
+}
+
+func (sc scenario) runOn(t *testing.T, sut storeUnderTest) {
 	t.Helper()
-	s, clk := newStore(MemoryOptions{})
+	s, clk := sut.new(t)
 	fresh := 0
 	for i, st := range sc.steps {
 		clk.SetTime(t0.Add(st.at))
@@ -184,144 +191,151 @@ func (sc scenario) run(t *testing.T) {
 }
 
 func TestWindowEdges(t *testing.T) {
-	three := Limit{Count: 3, Period: 10 * time.Second}
-	one := Limit{Count: 1, Period: time.Minute}
-	cases := map[string]scenario{
-		"the limit-th change is admitted and the next one in the window is denied": {limit: three, steps: []step{
-			{at: 0, admitted: true, want: room(three, 1)},
-			{at: time.Second, n: 2, admitted: true, want: full(three, 9*time.Second)},
-			{at: 2 * time.Second, admitted: false, want: full(three, 8*time.Second)},
-		}},
-		"a change still counts one nanosecond before Period has passed": {limit: three, steps: []step{
-			{at: 0, n: 3, admitted: true, want: full(three, 10*time.Second)},
-			{at: 10*time.Second - time.Nanosecond, peek: true, want: full(three, time.Nanosecond)},
-			{at: 10*time.Second - time.Nanosecond, admitted: false, want: full(three, time.Nanosecond)},
-		}},
-		"a change has left exactly Period after it was recorded": {limit: three, steps: []step{
-			{at: 0, n: 3, admitted: true, want: full(three, 10*time.Second)},
-			{at: 10 * time.Second, peek: true, want: room(three, 0)},
-		}},
-		"changes recorded at one instant leave together": {limit: three, steps: []step{
-			{at: time.Second, n: 3, admitted: true, want: full(three, 10*time.Second)},
-			{at: 11 * time.Second, n: 3, admitted: true, want: full(three, 10*time.Second)},
-			{at: 11 * time.Second, admitted: false, want: full(three, 10*time.Second)},
-		}},
-		"a limit of one admits one change per period": {limit: one, steps: []step{
-			{at: 0, admitted: true, want: full(one, time.Minute)},
-			{at: 59 * time.Second, admitted: false, want: full(one, time.Second)},
-			{at: time.Minute, admitted: true, want: full(one, time.Minute)},
-		}},
-		"a key never seen has the whole limit": {limit: three, steps: []step{
-			{at: 0, peek: true, want: room(three, 0)},
-		}},
-	}
-	for name, sc := range cases {
-		t.Run(name, sc.run)
-	}
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		tick := sut.tick
+		three := Limit{Count: 3, Period: 10 * time.Second}
+		one := Limit{Count: 1, Period: time.Minute}
+		cases := map[string]scenario{
+			"the limit-th change is admitted and the next one in the window is denied": {limit: three, steps: []step{
+				{at: 0, admitted: true, want: room(three, 1)},
+				{at: time.Second, n: 2, admitted: true, want: full(three, 9*time.Second)},
+				{at: 2 * time.Second, admitted: false, want: full(three, 8*time.Second)},
+			}},
+			"a change still counts one tick (the store's resolution) before Period has passed": {limit: three, steps: []step{
+				{at: 0, n: 3, admitted: true, want: full(three, 10*time.Second)},
+				{at: 10*time.Second - tick, peek: true, want: full(three, tick)},
+				{at: 10*time.Second - tick, admitted: false, want: full(three, tick)},
+			}},
+			"a change has left exactly Period after it was recorded": {limit: three, steps: []step{
+				{at: 0, n: 3, admitted: true, want: full(three, 10*time.Second)},
+				{at: 10 * time.Second, peek: true, want: room(three, 0)},
+			}},
+			"changes recorded at one instant leave together": {limit: three, steps: []step{
+				{at: time.Second, n: 3, admitted: true, want: full(three, 10*time.Second)},
+				{at: 11 * time.Second, n: 3, admitted: true, want: full(three, 10*time.Second)},
+				{at: 11 * time.Second, admitted: false, want: full(three, 10*time.Second)},
+			}},
+			"a limit of one admits one change per period": {limit: one, steps: []step{
+				{at: 0, admitted: true, want: full(one, time.Minute)},
+				{at: 59 * time.Second, admitted: false, want: full(one, time.Second)},
+				{at: time.Minute, admitted: true, want: full(one, time.Minute)},
+			}},
+			"a key never seen has the whole limit": {limit: three, steps: []step{
+				{at: 0, peek: true, want: room(three, 0)},
+			}},
+		}
+		for name, sc := range cases {
+			t.Run(name, sc.on(sut))
+		}
+	})
 }
 
 func TestRetriedUIDTakesOneSlot(t *testing.T) {
-	two := Limit{Count: 2, Period: 10 * time.Second}
-	cases := map[string]scenario{
-		"a retried uid takes no second slot": {limit: two, steps: []step{
-			{at: 0, uid: "u1", admitted: true, want: room(two, 1)},
-			{at: time.Second, uid: "u1", n: 3, admitted: true, want: room(two, 1)},
-		}},
-		"a retried uid is admitted when the window is otherwise full": {limit: two, steps: []step{
-			{at: 0, uid: "u1", admitted: true, want: room(two, 1)},
-			{at: time.Second, uid: "u2", admitted: true, want: full(two, 9*time.Second)},
-			{at: 2 * time.Second, uid: "u3", admitted: false, want: full(two, 8*time.Second)},
-			{at: 2 * time.Second, uid: "u1", admitted: true, want: full(two, 8*time.Second)},
-			{at: 2 * time.Second, uid: "u2", admitted: true, want: full(two, 8*time.Second)},
-		}},
-		"a uid is a new change once its entry has left the window": {limit: two, steps: []step{
-			{at: 0, uid: "u1", admitted: true, want: room(two, 1)},
-			{at: 5 * time.Second, uid: "u2", admitted: true, want: full(two, 5*time.Second)},
-			{at: 10 * time.Second, uid: "u1", admitted: true, want: full(two, 5*time.Second)},
-			{at: 10 * time.Second, uid: "u3", admitted: false, want: full(two, 5*time.Second)},
-			// The renewed u1 is a retry again inside its new window.
-			{at: 14 * time.Second, uid: "u1", admitted: true, want: full(two, time.Second)},
-		}},
-		"a uid retried after its entry left takes the freed slot only once": {limit: two, steps: []step{
-			{at: 0, uid: "u1", n: 2, admitted: true, want: room(two, 1)},
-			{at: 10 * time.Second, uid: "u1", n: 5, admitted: true, want: room(two, 1)},
-		}},
-		"an empty uid is never a retry": {limit: two, steps: []step{
-			{at: 0, uid: "-", n: 2, admitted: true, want: full(two, 10*time.Second)},
-			{at: 0, uid: "-", admitted: false, want: full(two, 10*time.Second)},
-		}},
-		"a uid held under one key is a new change under another": {limit: two, steps: []step{
-			{at: 0, key: "alice", uid: "u1", admitted: true, want: room(two, 1)},
-			{at: 0, key: "bob", uid: "u1", admitted: true, want: room(two, 1)},
-			{at: 0, key: "bob", uid: "u1", admitted: true, want: room(two, 1)},
-		}},
-	}
-	for name, sc := range cases {
-		t.Run(name, sc.run)
-	}
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		two := Limit{Count: 2, Period: 10 * time.Second}
+		cases := map[string]scenario{
+			"a retried uid takes no second slot": {limit: two, steps: []step{
+				{at: 0, uid: "u1", admitted: true, want: room(two, 1)},
+				{at: time.Second, uid: "u1", n: 3, admitted: true, want: room(two, 1)},
+			}},
+			"a retried uid is admitted when the window is otherwise full": {limit: two, steps: []step{
+				{at: 0, uid: "u1", admitted: true, want: room(two, 1)},
+				{at: time.Second, uid: "u2", admitted: true, want: full(two, 9*time.Second)},
+				{at: 2 * time.Second, uid: "u3", admitted: false, want: full(two, 8*time.Second)},
+				{at: 2 * time.Second, uid: "u1", admitted: true, want: full(two, 8*time.Second)},
+				{at: 2 * time.Second, uid: "u2", admitted: true, want: full(two, 8*time.Second)},
+			}},
+			"a uid is a new change once its entry has left the window": {limit: two, steps: []step{
+				{at: 0, uid: "u1", admitted: true, want: room(two, 1)},
+				{at: 5 * time.Second, uid: "u2", admitted: true, want: full(two, 5*time.Second)},
+				{at: 10 * time.Second, uid: "u1", admitted: true, want: full(two, 5*time.Second)},
+				{at: 10 * time.Second, uid: "u3", admitted: false, want: full(two, 5*time.Second)},
+				// The renewed u1 is a retry again inside its new window.
+				{at: 14 * time.Second, uid: "u1", admitted: true, want: full(two, time.Second)},
+			}},
+			"a uid retried after its entry left takes the freed slot only once": {limit: two, steps: []step{
+				{at: 0, uid: "u1", n: 2, admitted: true, want: room(two, 1)},
+				{at: 10 * time.Second, uid: "u1", n: 5, admitted: true, want: room(two, 1)},
+			}},
+			"an empty uid is never a retry": {limit: two, steps: []step{
+				{at: 0, uid: "-", n: 2, admitted: true, want: full(two, 10*time.Second)},
+				{at: 0, uid: "-", admitted: false, want: full(two, 10*time.Second)},
+			}},
+			"a uid held under one key is a new change under another": {limit: two, steps: []step{
+				{at: 0, key: "alice", uid: "u1", admitted: true, want: room(two, 1)},
+				{at: 0, key: "bob", uid: "u1", admitted: true, want: room(two, 1)},
+				{at: 0, key: "bob", uid: "u1", admitted: true, want: room(two, 1)},
+			}},
+		}
+		for name, sc := range cases {
+			t.Run(name, sc.on(sut))
+		}
+	})
 }
 
 func TestLimitChangeBetweenCalls(t *testing.T) {
-	five := Limit{Count: 5, Period: 10 * time.Second}
-	three := Limit{Count: 3, Period: 10 * time.Second}
-	long := Limit{Count: 3, Period: time.Minute}
-	short := Limit{Count: 3, Period: 20 * time.Second}
-	entriesAtMost := func(n int) func(t *testing.T, s *MemoryStore) {
-		return func(t *testing.T, s *MemoryStore) {
-			k := s.shard("alice").keys["alice"]
-			if k == nil || len(k.entries) > n || k.n > n {
-				t.Fatalf("alice's log holds %d entries in a ring of %d, want at most %d", k.n, len(k.entries), n)
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		tick := sut.tick
+		five := Limit{Count: 5, Period: 10 * time.Second}
+		three := Limit{Count: 3, Period: 10 * time.Second}
+		long := Limit{Count: 3, Period: time.Minute}
+		short := Limit{Count: 3, Period: 20 * time.Second}
+		entriesAtMost := func(n int) func(t *testing.T, s Store) {
+			return func(t *testing.T, s Store) {
+				if held := entriesHeld(t, s, "alice"); held > n {
+					t.Fatalf("alice's log holds %d entries, want at most %d", held, n)
+				}
 			}
 		}
-	}
-	cases := map[string]scenario{
-		"a lower count admits nothing more until enough changes age out": {steps: []step{
-			{at: 0, limit: five, admitted: true, want: room(five, 1)},
-			{at: time.Second, limit: five, admitted: true, want: room(five, 2)},
-			{at: 2 * time.Second, limit: five, admitted: true, want: room(five, 3)},
-			{at: 3 * time.Second, limit: five, admitted: true, want: room(five, 4)},
-			// With Count 3, four changes held: full until the changes at
-			// 0 s and 1 s have left.
-			{at: 4 * time.Second, limit: three, peek: true, want: full(three, 7*time.Second)},
-			{at: 4 * time.Second, limit: three, admitted: false, want: full(three, 7*time.Second)},
-			{at: 11*time.Second - time.Nanosecond, limit: three, admitted: false, want: full(three, time.Nanosecond)},
-			{at: 11 * time.Second, limit: three, admitted: true, want: full(three, time.Second)},
-			{at: 11 * time.Second, limit: three, admitted: false, want: full(three, time.Second)},
-		}, after: entriesAtMost(3)},
-		"a higher count admits more at once": {steps: []step{
-			{at: 0, limit: three, n: 3, admitted: true, want: full(three, 10*time.Second)},
-			{at: time.Second, limit: three, admitted: false, want: full(three, 9*time.Second)},
-			{at: time.Second, limit: five, n: 2, admitted: true, want: full(five, 9*time.Second)},
-			{at: time.Second, limit: five, admitted: false, want: full(five, 9*time.Second)},
-		}},
-		"a shorter period lets older changes leave at once": {steps: []step{
-			{at: 0, limit: long, admitted: true, want: room(long, 1)},
-			{at: 10 * time.Second, limit: long, admitted: true, want: room(long, 2)},
-			{at: 20 * time.Second, limit: long, admitted: true, want: full(long, 40*time.Second)},
-			// Under 20 s the change at 0 s has left; the one at 10 s leaves at 30 s.
-			{at: 25 * time.Second, limit: short, peek: true, want: room(short, 2)},
-			{at: 25 * time.Second, limit: short, admitted: true, want: full(short, 5*time.Second)},
-		}},
-		"a longer period counts every change still held": {steps: []step{
-			{at: 0, limit: short, admitted: true, want: room(short, 1)},
-			{at: 5 * time.Second, limit: short, admitted: true, want: room(short, 2)},
-			{at: 30 * time.Second, limit: long, peek: true, want: room(long, 2)},
-			{at: 30 * time.Second, limit: long, admitted: true, want: full(long, 30*time.Second)},
-		}},
-		"a count lowered and raised again does not restore the trimmed changes": {steps: []step{
-			{at: 0, limit: five, n: 5, admitted: true, want: full(five, 10*time.Second)},
-			{at: time.Second, limit: three, admitted: false, want: full(three, 9*time.Second)},
-			{at: time.Second, limit: five, n: 2, admitted: true, want: full(five, 9*time.Second)},
-		}, after: entriesAtMost(5)},
-		"a uid trimmed away by a lower count is a new change": {steps: []step{
-			{at: 0, limit: five, uid: "u1", admitted: true, want: room(five, 1)},
-			{at: time.Second, limit: five, n: 4, admitted: true, want: full(five, 9*time.Second)},
-			{at: 2 * time.Second, limit: three, uid: "u1", admitted: false, want: full(three, 9*time.Second)},
-		}},
-	}
-	for name, sc := range cases {
-		t.Run(name, sc.run)
-	}
+		cases := map[string]scenario{
+			"a lower count admits nothing more until enough changes age out": {steps: []step{
+				{at: 0, limit: five, admitted: true, want: room(five, 1)},
+				{at: time.Second, limit: five, admitted: true, want: room(five, 2)},
+				{at: 2 * time.Second, limit: five, admitted: true, want: room(five, 3)},
+				{at: 3 * time.Second, limit: five, admitted: true, want: room(five, 4)},
+				// With Count 3, four changes held: full until the changes at
+				// 0 s and 1 s have left.
+				{at: 4 * time.Second, limit: three, peek: true, want: full(three, 7*time.Second)},
+				{at: 4 * time.Second, limit: three, admitted: false, want: full(three, 7*time.Second)},
+				{at: 11*time.Second - tick, limit: three, admitted: false, want: full(three, tick)},
+				{at: 11 * time.Second, limit: three, admitted: true, want: full(three, time.Second)},
+				{at: 11 * time.Second, limit: three, admitted: false, want: full(three, time.Second)},
+			}, after: entriesAtMost(3)},
+			"a higher count admits more at once": {steps: []step{
+				{at: 0, limit: three, n: 3, admitted: true, want: full(three, 10*time.Second)},
+				{at: time.Second, limit: three, admitted: false, want: full(three, 9*time.Second)},
+				{at: time.Second, limit: five, n: 2, admitted: true, want: full(five, 9*time.Second)},
+				{at: time.Second, limit: five, admitted: false, want: full(five, 9*time.Second)},
+			}},
+			"a shorter period lets older changes leave at once": {steps: []step{
+				{at: 0, limit: long, admitted: true, want: room(long, 1)},
+				{at: 10 * time.Second, limit: long, admitted: true, want: room(long, 2)},
+				{at: 20 * time.Second, limit: long, admitted: true, want: full(long, 40*time.Second)},
+				// Under 20 s the change at 0 s has left; the one at 10 s leaves at 30 s.
+				{at: 25 * time.Second, limit: short, peek: true, want: room(short, 2)},
+				{at: 25 * time.Second, limit: short, admitted: true, want: full(short, 5*time.Second)},
+			}},
+			"a longer period counts every change still held": {steps: []step{
+				{at: 0, limit: short, admitted: true, want: room(short, 1)},
+				{at: 5 * time.Second, limit: short, admitted: true, want: room(short, 2)},
+				{at: 30 * time.Second, limit: long, peek: true, want: room(long, 2)},
+				{at: 30 * time.Second, limit: long, admitted: true, want: full(long, 30*time.Second)},
+			}},
+			"a count lowered and raised again does not restore the trimmed changes": {steps: []step{
+				{at: 0, limit: five, n: 5, admitted: true, want: full(five, 10*time.Second)},
+				{at: time.Second, limit: three, admitted: false, want: full(three, 9*time.Second)},
+				{at: time.Second, limit: five, n: 2, admitted: true, want: full(five, 9*time.Second)},
+			}, after: entriesAtMost(5)},
+			"a uid trimmed away by a lower count is a new change": {steps: []step{
+				{at: 0, limit: five, uid: "u1", admitted: true, want: room(five, 1)},
+				{at: time.Second, limit: five, n: 4, admitted: true, want: full(five, 9*time.Second)},
+				{at: 2 * time.Second, limit: three, uid: "u1", admitted: false, want: full(three, 9*time.Second)},
+			}},
+		}
+		for name, sc := range cases {
+			t.Run(name, sc.on(sut))
+		}
+	})
 }
 
 // TestPeekNeverChangesState drives two stores through the same Takes and
@@ -370,21 +384,23 @@ func TestPeekNeverChangesState(t *testing.T) {
 }
 
 func TestKeysAreIndependent(t *testing.T) {
-	s, _ := newStore(MemoryOptions{})
-	l := Limit{Count: 2, Period: time.Minute}
-	take(t, s, "user:alice", l, "a1")
-	take(t, s, "user:alice", l, "a2")
-	if _, ok := take(t, s, "user:alice", l, "a3"); ok {
-		t.Fatal("alice's third change was admitted")
-	}
-	for _, key := range []string{"user:bob", "namespace:alice", "role:realtime", ""} {
-		if st, ok := take(t, s, key, l, "a1"); !ok || st != room(l, 1) {
-			t.Fatalf("%q after alice filled her window: admitted=%v %+v, want its own empty window", key, ok, st)
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		s, _ := sut.new(t)
+		l := Limit{Count: 2, Period: time.Minute}
+		take(t, s, "user:alice", l, "a1")
+		take(t, s, "user:alice", l, "a2")
+		if _, ok := take(t, s, "user:alice", l, "a3"); ok {
+			t.Fatal("alice's third change was admitted")
 		}
-	}
-	if st := peek(t, s, "user:alice", l); st != full(l, time.Minute) {
-		t.Fatalf("alice after other keys' changes: %+v, want still full", st)
-	}
+		for _, key := range []string{"user:bob", "namespace:alice", "role:realtime", ""} {
+			if st, ok := take(t, s, key, l, "a1"); !ok || st != room(l, 1) {
+				t.Fatalf("%q after alice filled her window: admitted=%v %+v, want its own empty window", key, ok, st)
+			}
+		}
+		if st := peek(t, s, "user:alice", l); st != full(l, time.Minute) {
+			t.Fatalf("alice after other keys' changes: %+v, want still full", st)
+		}
+	})
 }
 
 func TestIdleKeysAreEvicted(t *testing.T) {
@@ -554,33 +570,35 @@ func TestConcurrentTakes(t *testing.T) {
 			want: room(realtime, 1),
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			s, _ := newStore(MemoryOptions{})
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := range tc.goroutines {
-				wg.Go(func() {
-					for i := range tc.each {
-						_, ok, err := s.Take(context.Background(), "alice", realtime, tc.uid(g, i))
-						if err != nil {
-							t.Error(err)
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		for name, tc := range cases {
+			t.Run(name, func(t *testing.T) {
+				s, _ := sut.new(t)
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				for g := range tc.goroutines {
+					wg.Go(func() {
+						for i := range tc.each {
+							_, ok, err := s.Take(context.Background(), "alice", realtime, tc.uid(g, i))
+							if err != nil {
+								t.Error(err)
+							}
+							if ok {
+								admitted.Add(1)
+							}
 						}
-						if ok {
-							admitted.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			if st := peek(t, s, "alice", realtime); st != tc.want {
-				t.Fatalf("window = %+v, want %+v", st, tc.want)
-			}
-			if tc.want.Count == realtime.Count && admitted.Load() != int64(realtime.Count) {
-				t.Fatalf("%d admitted, want exactly %d", admitted.Load(), realtime.Count)
-			}
-		})
-	}
+					})
+				}
+				wg.Wait()
+				if st := peek(t, s, "alice", realtime); st != tc.want {
+					t.Fatalf("window = %+v, want %+v", st, tc.want)
+				}
+				if tc.want.Count == realtime.Count && admitted.Load() != int64(realtime.Count) {
+					t.Fatalf("%d admitted, want exactly %d", admitted.Load(), realtime.Count)
+				}
+			})
+		}
+	})
 }
 
 // TestConcurrentUseKeepsEveryBound runs Takes on many keys, Peeks, Sweeps
@@ -632,57 +650,66 @@ func TestInvalidLimitsAreErrors(t *testing.T) {
 		"a negative period": {Limit{Count: 5, Period: -time.Second}, "got -1s"},
 		"the zero Limit":    {Limit{}, "at least 1 change"},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			s, _ := newStore(MemoryOptions{})
-			_, ok, err := s.Take(context.Background(), "alice", tc.limit, "u")
-			if ok || !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), tc.inMsg) {
-				t.Fatalf("Take: admitted=%v err=%v, want ErrInvalidLimit saying %q", ok, err, tc.inMsg)
-			}
-			if _, err := s.Peek(context.Background(), "alice", tc.limit); !errors.Is(err, ErrInvalidLimit) {
-				t.Fatalf("Peek: err=%v, want ErrInvalidLimit", err)
-			}
-			if n := s.Len(); n != 0 {
-				t.Fatalf("an invalid limit left %d keys", n)
-			}
-		})
-	}
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		for name, tc := range cases {
+			t.Run(name, func(t *testing.T) {
+				s, _ := sut.new(t)
+				_, ok, err := s.Take(context.Background(), "alice", tc.limit, "u")
+				if ok || !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), tc.inMsg) {
+					t.Fatalf("Take: admitted=%v err=%v, want ErrInvalidLimit saying %q", ok, err, tc.inMsg)
+				}
+				if _, err := s.Peek(context.Background(), "alice", tc.limit); !errors.Is(err, ErrInvalidLimit) {
+					t.Fatalf("Peek: err=%v, want ErrInvalidLimit", err)
+				}
+				if n := entriesHeld(t, s, "alice"); n != 0 {
+					t.Fatalf("an invalid limit left %d entries", n)
+				}
+			})
+		}
+	})
 }
 
 func TestCanceledContextTakesNoSlot(t *testing.T) {
-	s, _ := newStore(MemoryOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, ok, err := s.Take(ctx, "alice", realtime, "u"); ok || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Take with a canceled context: admitted=%v err=%v, want context.Canceled", ok, err)
-	}
-	if _, err := s.Peek(ctx, "alice", realtime); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Peek with a canceled context: err=%v, want context.Canceled", err)
-	}
-	if n := s.Len(); n != 0 {
-		t.Fatalf("Len = %d, want nothing taken", n)
-	}
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		s, _ := sut.new(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, ok, err := s.Take(ctx, "alice", realtime, "u"); ok || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Take with a canceled context: admitted=%v err=%v, want context.Canceled", ok, err)
+		}
+		if _, err := s.Peek(ctx, "alice", realtime); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Peek with a canceled context: err=%v, want context.Canceled", err)
+		}
+		if st := peek(t, s, "alice", realtime); st != room(realtime, 0) {
+			t.Fatalf("after the canceled Take: %+v, want nothing taken", st)
+		}
+		if n := entriesHeld(t, s, "alice"); n != 0 {
+			t.Fatalf("%d entries held, want none", n)
+		}
+	})
 }
 
 // TestClockSteppingBack covers a wall clock without a monotonic reading
 // going backwards: no panic, nothing admitted beyond the limit, and the
 // change counts until Period after the latest time already seen.
 func TestClockSteppingBack(t *testing.T) {
-	s, clk := newStore(MemoryOptions{})
-	l := Limit{Count: 2, Period: 10 * time.Second}
-	clk.SetTime(t0.Add(10 * time.Second))
-	take(t, s, "alice", l, "")
-	clk.SetTime(t0.Add(5 * time.Second))
-	if st, ok := take(t, s, "alice", l, ""); !ok || st != full(l, 15*time.Second) {
-		t.Fatalf("after stepping back: admitted=%v %+v, want admitted and counted until t0+20s", ok, st)
-	}
-	if _, ok := take(t, s, "alice", l, ""); ok {
-		t.Fatal("a third change was admitted")
-	}
-	clk.SetTime(t0.Add(20 * time.Second))
-	if st := peek(t, s, "alice", l); st != room(l, 0) {
-		t.Fatalf("at t0+20s: %+v, want both changes gone", st)
-	}
+	forEachStore(t, func(t *testing.T, sut storeUnderTest) {
+		s, clk := sut.new(t)
+		l := Limit{Count: 2, Period: 10 * time.Second}
+		clk.SetTime(t0.Add(10 * time.Second))
+		take(t, s, "alice", l, "")
+		clk.SetTime(t0.Add(5 * time.Second))
+		if st, ok := take(t, s, "alice", l, ""); !ok || st != full(l, 15*time.Second) {
+			t.Fatalf("after stepping back: admitted=%v %+v, want admitted and counted until t0+20s", ok, st)
+		}
+		if _, ok := take(t, s, "alice", l, ""); ok {
+			t.Fatal("a third change was admitted")
+		}
+		clk.SetTime(t0.Add(20 * time.Second))
+		if st := peek(t, s, "alice", l); st != room(l, 0) {
+			t.Fatalf("at t0+20s: %+v, want both changes gone", st)
+		}
+	})
 }
 
 func TestNewMemoryStoreOptions(t *testing.T) {

@@ -1,0 +1,160 @@
+// Package redistest runs a real redis-server for one test: on a free
+// loopback port, its files in the test's temporary directory, stopped when
+// the test ends. Tests of the shared rate windows use it instead of a fake,
+// so the Lua scripts, timeouts and reconnects are the real ones.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one redis-server process under a test's control.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	args []string
+	// Addr is the server's 127.0.0.1:port; it keeps it across Restart.
+	Addr   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Binary finds redis-server on PATH. Without it, the test is skipped with a
+// loud message, except in CI (CI=true), where a missing server is a
+// failure: .ci/run installs it.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err == nil {
+		return bin
+	}
+	msg := "redis-server is not on PATH, so the shared rate window tests cannot run: " +
+		"install it (Debian: apt-get install -y redis-server; .ci/run does this)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIPPED, NOT PASSED: " + msg)
+	return ""
+}
+
+// Start runs a new redis-server with persistence off, plus extra
+// configuration arguments (e.g. "--maxmemory", "10mb").
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), args: extra}
+	var err error
+	// A port found free can be taken before redis-server binds it; try a
+	// few.
+	for range 5 {
+		var port int
+		if port, err = freePort(); err != nil {
+			continue
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if err = s.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() { s.Kill() })
+	return s
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	args := append([]string{
+		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}, s.args...)
+	s.cmd = exec.Command(s.bin, args...)
+	s.exited = make(chan struct{})
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(s.cmd, s.exited)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			return fmt.Errorf("redis-server on %s did not answer PING within 15s: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Client is a plain client of the server, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Kill ends the server at once (SIGKILL), as a crash or an evicted pod
+// would; with persistence off, its windows are gone. It is a no-op when the
+// server is not running.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot die
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same address after Kill.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.cmd != nil {
+		s.t.Fatal("redistest: Restart of a server that is running; Kill it first")
+	}
+	if err := s.start(); err != nil {
+		s.t.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+// Pause stops the process (SIGSTOP): connections are still accepted by the
+// kernel but nothing answers, as with a server stuck in a long command or
+// a network that drops packets.
+func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }

@@ -1,0 +1,319 @@
+package window
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	_ "embed" // the Lua scripts
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
+)
+
+// DefaultRedisPrefix starts every key the RedisStore writes.
+const DefaultRedisPrefix = "qn:window:"
+
+var (
+	//go:embed take.lua
+	takeSource string
+	//go:embed peek.lua
+	peekSource string
+
+	// Run sends EVALSHA and falls back to EVAL (which caches the script)
+	// when the server does not know it yet, e.g. after a restart.
+	takeScript = redis.NewScript(takeSource)
+	peekScript = redis.NewScript(peekSource)
+)
+
+// RedisOptions tunes a RedisStore. The zero value is ready to use.
+type RedisOptions struct {
+	// Prefix starts every key (default DefaultRedisPrefix), so that one
+	// Redis can serve several installations.
+	Prefix string
+	// Clock, when set, supplies the time of every call instead of the
+	// Redis server's clock. Only tests set it, to step time as they do
+	// with the MemoryStore; see RedisStore for why production uses the
+	// server's clock.
+	Clock clock.PassiveClock
+}
+
+// RedisStore keeps the windows in Redis, so that every replica of the
+// webhook counts against one window per key: with N replicas a requester
+// still gets Limit.Count changes per Period, not N times as many.
+//
+// Each key's window is one sorted set: a member per change (an 8-byte hash
+// of the request uid, or random bytes for an empty uid), scored by the time
+// it was recorded in microseconds. Take and Peek are one Lua script each,
+// so a call is one round trip and atomic on the server: the same sliding
+// log over (now-Period, now] as the MemoryStore, with the same retry-after,
+// the same idempotence per uid and at most Limit.Count members per key. The
+// key expires (PEXPIRE) when its newest change leaves the window, so idle
+// requesters cost nothing.
+//
+// Time is the Redis server's clock (the TIME command inside the script),
+// not the replicas': every replica then agrees on the order of changes and
+// on when a slot frees, whatever their clocks' skew, and the log stays
+// ordered. The cost is that tests cannot step that clock; they inject one
+// with RedisOptions.Clock, and the tests without a clock (exactness across
+// processes, window edges under concurrency) wait in real time. Times have
+// microsecond resolution; a Period is rounded up to a whole microsecond.
+//
+// Keys never contain a requester's name: see redisKey.
+type RedisStore struct {
+	client redis.Scripter
+	prefix string
+	clk    clock.PassiveClock
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore keeps windows through client (a *redis.Client, a
+// *redis.ClusterClient or a *redis.Ring).
+func NewRedisStore(client redis.Scripter, opts RedisOptions) *RedisStore {
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultRedisPrefix
+	}
+	return &RedisStore{client: client, prefix: prefix, clk: opts.Clock}
+}
+
+// Take implements Store in one round trip.
+func (s *RedisStore) Take(ctx context.Context, key string, limit Limit, uid string) (State, bool, error) {
+	st, ok, _, err := s.take(ctx, key, limit, uid)
+	return st, ok, err
+}
+
+// take is Take that also returns when, in the store's clock (µs since the
+// Unix epoch), the change was recorded, or the time of the call when none
+// was: tests check the sliding-log bound on those times.
+func (s *RedisStore) take(ctx context.Context, key string, limit Limit, uid string) (State, bool, int64, error) {
+	if err := limit.Validate(); err != nil {
+		return State{}, false, 0, err
+	}
+	id, isUID := changeID(uid)
+	r, err := takeScript.Run(ctx, s.client, []string{s.redisKey(key)},
+		limit.Count, micros(limit.Period), id, isUID, s.now()).Int64Slice()
+	if err == nil && len(r) != 4 {
+		err = fmt.Errorf("the script answered %d values, want 4", len(r))
+	}
+	if err != nil {
+		return State{}, false, 0, fmt.Errorf("take a slot in rate window %q: %w", key, err)
+	}
+	return stateOf(limit, r[1], r[2]), r[0] == 1, r[3], nil
+}
+
+// Peek implements Store: a read-only script, one round trip.
+func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (State, error) {
+	if err := limit.Validate(); err != nil {
+		return State{}, err
+	}
+	r, err := peekScript.Run(ctx, s.client, []string{s.redisKey(key)},
+		limit.Count, micros(limit.Period), s.now()).Int64Slice()
+	if err == nil && len(r) != 3 {
+		err = fmt.Errorf("the script answered %d values, want 3", len(r))
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("read rate window %q: %w", key, err)
+	}
+	return stateOf(limit, r[1], r[2]), nil
+}
+
+// Ping checks that the server answers, for readiness detail.
+func (s *RedisStore) Ping(ctx context.Context) error {
+	if p, ok := s.client.(interface {
+		Ping(context.Context) *redis.StatusCmd
+	}); ok {
+		return p.Ping(ctx).Err()
+	}
+	return nil
+}
+
+// Key is the Redis key that holds key's window, for tests and operators
+// who look into Redis.
+func (s *RedisStore) Key(key string) string { return s.redisKey(key) }
+
+// redisKey names key's sorted set. The engine's keys read
+// "<role>/<kind>/<subject>" (e.g. "realtime/user/alice"); the Redis key
+// keeps the role and kind readable, so an operator can tell what the keys
+// are for, and replaces the rest by a fixed-size hash of the whole key:
+//
+//	qn:window:realtime:user:3f0c9e1a47b2d8c6e5f4a3b2c1d0e9f8
+//
+// so no user or namespace name is stored in Redis and every key has the
+// same size. The hash covers the whole key, so two keys never share a
+// window however their parts read. Characters outside [A-Za-z0-9._-] in
+// the readable parts become "_": in particular no "{", which Redis Cluster
+// would take for a hash tag and so put a whole role on one slot.
+func (s *RedisStore) redisKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b strings.Builder
+	b.Grow(len(s.prefix) + 2*maxLabel + 2 + 32)
+	b.WriteString(s.prefix)
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) == 3 {
+		writeLabel(&b, parts[0])
+		b.WriteByte(':')
+		writeLabel(&b, parts[1])
+		b.WriteByte(':')
+	}
+	var h [32]byte
+	hex.Encode(h[:], sum[:16])
+	b.Write(h[:])
+	return b.String()
+}
+
+// maxLabel bounds each readable part of a Redis key.
+const maxLabel = 40
+
+func writeLabel(b *strings.Builder, s string) {
+	for i := 0; i < len(s) && i < maxLabel; i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('_')
+		}
+	}
+}
+
+// changeID is the member recorded for one change: the first 8 bytes of the
+// uid's SHA-256, the same on every replica so a retry reaching another
+// replica is recognised, or 8 random bytes for an empty uid, which is never
+// a retry. 8 bytes keep a full realtime window (120 members) in Redis's
+// compact listpack encoding; two uids in one window collide with a chance
+// of about 1 in 10^15.
+func changeID(uid string) (id string, isUID string) {
+	var b [8]byte
+	if uid == "" {
+		binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+		return string(b[:]), "0"
+	}
+	sum := sha256.Sum256([]byte(uid))
+	return string(sum[:8]), "1"
+}
+
+// now is the caller's time for the script, or "" for the server's clock.
+func (s *RedisStore) now() string {
+	if s.clk == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.clk.Now().UnixMicro(), 10)
+}
+
+// micros rounds d up to whole microseconds, so a window is never shorter
+// than its Limit says.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+func stateOf(limit Limit, count, retryMicros int64) State {
+	st := State{Count: int(count), Limit: limit.Count, Period: limit.Period, Remaining: limit.Count - int(count)}
+	if st.Remaining <= 0 {
+		st.Remaining = 0
+		st.RetryAfter = time.Duration(retryMicros) * time.Microsecond
+	}
+	return st
+}
+
+// RedisConfig is how qn-webhook reaches Redis: flags and chart values map
+// onto it one to one.
+type RedisConfig struct {
+	// Address is host:port of a single Redis (or of a proxy in front of
+	// a replicated one).
+	Address string
+	// PasswordFile, when set, holds the password (a mounted Secret). It
+	// is read again whenever a connection is made, so a rotated Secret
+	// needs no restart.
+	PasswordFile string
+	// TLS connects with TLS 1.2 or later, verifying the server against
+	// TLSCAFile or else the system roots.
+	TLS       bool
+	TLSCAFile string
+	// Timeout bounds dialing, so a Redis that does not accept connections
+	// costs a request no more than its window deadline.
+	Timeout time.Duration
+}
+
+// NewRedisClient builds a client for cfg whose every call honours its
+// context's deadline (go-redis ignores it by default and waits for its own
+// 3 s read timeout), so the Guard's deadline is the longest a request waits.
+func NewRedisClient(cfg RedisConfig) (*redis.Client, error) {
+	if cfg.Address == "" {
+		return nil, fmt.Errorf("redis: no address; set --redis-address host:port")
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultStoreTimeout
+	}
+	opts := &redis.Options{
+		Addr:                  cfg.Address,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		// A retry is safe (a retried uid takes no second slot) and stays
+		// inside the caller's deadline.
+		MaxRetries:      2,
+		MinRetryBackoff: time.Millisecond,
+		MaxRetryBackoff: 10 * time.Millisecond,
+		DisableIdentity: true,
+	}
+	if cfg.PasswordFile != "" {
+		if _, err := readPassword(cfg.PasswordFile); err != nil {
+			return nil, err
+		}
+		var mu sync.Mutex
+		last := ""
+		opts.CredentialsProvider = func() (string, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if p, err := readPassword(cfg.PasswordFile); err == nil {
+				last = p
+			}
+			return "", last
+		}
+	}
+	if cfg.TLS {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if host, _, err := net.SplitHostPort(cfg.Address); err == nil {
+			tc.ServerName = host
+		}
+		if cfg.TLSCAFile != "" {
+			pem, err := os.ReadFile(cfg.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("redis TLS CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("redis TLS CA %s: no PEM certificate in it", cfg.TLSCAFile)
+			}
+			tc.RootCAs = pool
+		}
+		opts.TLSConfig = tc
+	} else if cfg.TLSCAFile != "" {
+		return nil, fmt.Errorf("redis: a TLS CA file (%s) is set but TLS is off; add --redis-tls", cfg.TLSCAFile)
+	}
+	return redis.NewClient(opts), nil
+}
+
+func readPassword(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("redis password file: %w", err)
+	}
+	// A Secret written by hand often ends in a newline the password lacks.
+	return strings.TrimRight(string(b), "\r\n"), nil
+}

@@ -1,0 +1,62 @@
+-- take.lua: one atomic check-and-add on a window's sliding log; the same
+-- rules as the in-process MemoryStore (see window.go and redis.go).
+--
+-- KEYS[1]  the window's sorted set: member = an 8-byte change id,
+--          score = when the change was recorded, in microseconds
+-- ARGV[1]  Limit.Count
+-- ARGV[2]  Limit.Period in microseconds
+-- ARGV[3]  the change id: a hash of the request uid, or random bytes
+-- ARGV[4]  "1" when the id is a uid hash, so that finding it is a retry
+-- ARGV[5]  now in microseconds, or "" to read the Redis server's clock
+-- Returns {admitted (0|1), changes counted, retry-after in microseconds,
+-- the time the change was recorded (or now, when none was)}.
+-- Redis before 5 needs this to write after reading TIME; later it is a no-op.
+if redis.replicate_commands then redis.replicate_commands() end
+
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local now = tonumber(ARGV[5])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- Lua prints large numbers in %.14g; microsecond times need all 16 digits.
+local function num(x) return string.format('%.0f', x) end
+
+-- A change recorded at or before now-period has left the window.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - period))
+local n = redis.call('ZCARD', key)
+-- Only the newest limit changes count (the limit may have been lowered);
+-- the rest can never count again, so they go.
+if n > limit then
+  redis.call('ZREMRANGEBYRANK', key, 0, n - limit - 1)
+  n = limit
+end
+
+local admitted = 0
+local at = now
+if ARGV[4] == '1' and redis.call('ZSCORE', key, ARGV[3]) then
+  admitted = 1 -- a retry of a change already counted takes no slot
+elseif n < limit then
+  -- A server clock that stepped back records at the newest time instead,
+  -- which keeps the log ordered and counts the change a little longer.
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  if newest and tonumber(newest) > at then at = tonumber(newest) end
+  redis.call('ZADD', key, num(at), ARGV[3])
+  n = n + 1
+  admitted = 1
+end
+
+-- n >= 1 here: either a change was added or a retry was found.
+local retry = 0
+if n >= limit then
+  -- Full: a slot frees when the oldest counted change leaves.
+  local oldest = tonumber(redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')[2])
+  retry = period - (now - oldest)
+end
+-- The key lives exactly as long as its newest change counts, under the
+-- period of this call (a reload may have changed it).
+local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+redis.call('PEXPIRE', key, num(math.ceil((newest + period - now) / 1000)))
+return {admitted, n, retry, at}
