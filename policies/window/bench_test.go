@@ -3,9 +3,17 @@ package window
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
+
+	"github.com/quantumnode/qn-admission/internal/redistest"
 )
 
 // tickClock advances by step on every reading, so a benchmark reaches a
@@ -106,4 +114,156 @@ func BenchmarkPeek(b *testing.B) {
 			b.Fatalf("Peek = %+v, %v", st, err)
 		}
 	}
+}
+
+// redisBenchStore is a RedisStore on a fresh redis-server on loopback,
+// configured as qn-webhook's.
+func redisBenchStore(b *testing.B, clk clock.PassiveClock) (*RedisStore, *redis.Client) {
+	srv := redistest.Start(b)
+	c, err := NewRedisClient(RedisConfig{Address: srv.Addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return NewRedisStore(c, RedisOptions{Clock: clk}), c
+}
+
+// reportLatency adds the median and 99th percentile of one call to the
+// benchmark's figures: the latency a request waits for its window.
+func reportLatency(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+// BenchmarkRedisTake is one Take over loopback against a real
+// redis-server: the round trip, the Lua script and the client's
+// allocations. Each case mirrors BenchmarkTakeExistingKey.
+func BenchmarkRedisTake(b *testing.B) {
+	ctx := context.Background()
+	fill, u := uids("0f1c2a7e", realtime.Count), uids("6f1c2a7e", 1<<12)
+	cases := map[string]struct {
+		// step, when set, drives a caller clock (one change leaves per
+		// Take); otherwise the server's clock runs.
+		step time.Duration
+		key  func(i int) string
+		uid  func(i int) string
+		want bool
+	}{
+		"admitted at the realtime limit": {step: realtime.Period / time.Duration(realtime.Count), key: func(int) string { return "rt/user/alice" }, uid: func(i int) string { return u[i&(len(u)-1)] }, want: true},
+		"denied in a full window":        {key: func(int) string { return "rt/user/alice" }, uid: func(i int) string { return u[i&(len(u)-1)] }, want: false},
+		"retried uid":                    {key: func(int) string { return "rt/user/alice" }, uid: func(int) string { return fill[0] }, want: true},
+		"first change of a new user":     {key: func(i int) string { return fmt.Sprintf("rt/user/u%d", i) }, uid: func(i int) string { return u[i&(len(u)-1)] }, want: true},
+	}
+	for name, tc := range cases {
+		b.Run(name, func(b *testing.B) {
+			var clk clock.PassiveClock
+			if tc.step > 0 {
+				clk = &tickClock{step: tc.step}
+			}
+			s, _ := redisBenchStore(b, clk)
+			for _, uid := range fill {
+				if _, _, err := s.Take(ctx, "rt/user/alice", realtime, uid); err != nil {
+					b.Fatal(err)
+				}
+			}
+			lat := make([]time.Duration, 0, 1<<16)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				start := time.Now()
+				_, ok, err := s.Take(ctx, tc.key(i), realtime, tc.uid(i))
+				if len(lat) < cap(lat) {
+					lat = append(lat, time.Since(start))
+				}
+				if err != nil || ok != tc.want {
+					b.Fatalf("Take %d: admitted=%v err=%v, want admitted=%v", i, ok, err, tc.want)
+				}
+			}
+			reportLatency(b, lat)
+		})
+	}
+}
+
+// BenchmarkRedisTakeParallel is many requests at once from one replica,
+// each its own user: the pool's concurrency against one server.
+func BenchmarkRedisTakeParallel(b *testing.B) {
+	s, _ := redisBenchStore(b, nil)
+	var goroutine atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		g := goroutine.Add(1)
+		for i := 0; pb.Next(); i++ {
+			key := fmt.Sprintf("rt/user/g%d-%d", g, i%1024)
+			if _, _, err := s.Take(context.Background(), key, realtime, fmt.Sprintf("g%d-%d", g, i)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkRedisMemoryPer10kUsers measures Redis's used_memory for 10,000
+// users' windows holding 1, 10 or 120 changes each (the realtime limit),
+// written as the script writes them (8-byte members, microsecond scores,
+// a TTL), and reports it per user.
+func BenchmarkRedisMemoryPer10kUsers(b *testing.B) {
+	const users = 10_000
+	for _, changes := range []int{1, 10, 120} {
+		b.Run(fmt.Sprintf("%d changes each", changes), func(b *testing.B) {
+			s, c := redisBenchStore(b, nil)
+			ctx := context.Background()
+			var perUser float64
+			for b.Loop() {
+				if err := c.FlushAll(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				before := usedMemory(b, c)
+				now := time.Now().UnixMicro()
+				pipe := c.Pipeline()
+				for u := range users {
+					key := s.Key(fmt.Sprintf("realtime/user/user-%d", u))
+					members := make([]redis.Z, changes)
+					for i := range members {
+						id, _ := changeID(fmt.Sprintf("uid-%d-%d", u, i))
+						members[i] = redis.Z{Score: float64(now + int64(i)*1000), Member: id}
+					}
+					pipe.ZAdd(ctx, key, members...)
+					pipe.PExpire(ctx, key, realtime.Period)
+					if u%500 == 499 {
+						if _, err := pipe.Exec(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+				perUser = float64(usedMemory(b, c)-before) / users
+			}
+			b.ReportMetric(perUser, "bytes/user")
+			b.ReportMetric(perUser*users/(1<<20), "MiB/10k-users")
+		})
+	}
+}
+
+func usedMemory(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO memory")
+	return 0
 }

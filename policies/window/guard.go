@@ -209,17 +209,18 @@ func (g *Guard) call(ctx context.Context, op string, f func(context.Context) err
 		return d, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	}
 	g.metrics.observe(g.name, op, d)
-	g.leave(d, err, false)
-	if err != nil {
-		reason := "error"
-		if isTimeout(err) {
-			reason = "timeout"
-			err = fmt.Errorf("no answer within %s: %w", g.timeout, err)
-		}
-		g.metrics.failed(g.name, op, reason)
-		return d, fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, g.name, err)
+	if err == nil {
+		g.leave(d, nil, false)
+		return d, nil
 	}
-	return d, nil
+	reason := "error"
+	if isTimeout(err) {
+		reason = "timeout"
+		err = fmt.Errorf("no answer within %s: %w", g.timeout, err)
+	}
+	g.leave(d, err, false)
+	g.metrics.failed(g.name, op, reason)
+	return d, fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, g.name, err)
 }
 
 // enter lets a call through, or says why not while the store is down.

@@ -95,8 +95,8 @@ func (s *RedisStore) Take(ctx context.Context, key string, limit Limit, uid stri
 }
 
 // take is Take that also returns when, in the store's clock (µs since the
-// Unix epoch), the change was recorded, or the time of the call when none
-// was: tests check the sliding-log bound on those times.
+// Unix epoch), a new change was recorded, or 0 when none was (a denial or a
+// retry): tests check the sliding-log bound on those times.
 func (s *RedisStore) take(ctx context.Context, key string, limit Limit, uid string) (State, bool, int64, error) {
 	if err := limit.Validate(); err != nil {
 		return State{}, false, 0, err

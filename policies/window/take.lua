@@ -9,7 +9,7 @@
 -- ARGV[4]  "1" when the id is a uid hash, so that finding it is a retry
 -- ARGV[5]  now in microseconds, or "" to read the Redis server's clock
 -- Returns {admitted (0|1), changes counted, retry-after in microseconds,
--- the time the change was recorded (or now, when none was)}.
+-- the time a new change was recorded or 0 when none was}.
 -- Redis before 5 needs this to write after reading TIME; later it is a no-op.
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -34,16 +34,17 @@ if n > limit then
   n = limit
 end
 
-local admitted = 0
-local at = now
+local admitted, recorded = 0, 0
 if ARGV[4] == '1' and redis.call('ZSCORE', key, ARGV[3]) then
   admitted = 1 -- a retry of a change already counted takes no slot
 elseif n < limit then
   -- A server clock that stepped back records at the newest time instead,
   -- which keeps the log ordered and counts the change a little longer.
+  local at = now
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
   if newest and tonumber(newest) > at then at = tonumber(newest) end
   redis.call('ZADD', key, num(at), ARGV[3])
+  recorded = at
   n = n + 1
   admitted = 1
 end
@@ -59,4 +60,4 @@ end
 -- period of this call (a reload may have changed it).
 local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
 redis.call('PEXPIRE', key, num(math.ceil((newest + period - now) / 1000)))
-return {admitted, n, retry, at}
+return {admitted, n, retry, recorded}
