@@ -6,6 +6,9 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -17,6 +20,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quantumnode/qn-admission/certs"
 )
 
 // Server is one redis-server process under a test's control.
@@ -29,6 +34,8 @@ type Server struct {
 	Addr   string
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// tls is set for a server that only speaks TLS.
+	tls *tls.Config
 }
 
 // Binary finds redis-server on PATH. Without it, the test is skipped with a
@@ -50,10 +57,33 @@ func Binary(t testing.TB) string {
 }
 
 // Start runs a new redis-server with persistence off, plus extra
-// configuration arguments (e.g. "--maxmemory", "10mb").
+// configuration arguments (e.g. "--requirepass", "secret"). A password
+// set there must be in the client's options too: Start waits for PING.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), args: extra}
+	return start(t, &Server{t: t, bin: Binary(t), dir: t.TempDir(), args: extra})
+}
+
+// StartTLS runs a redis-server that accepts only TLS, serving a
+// self-signed certificate for 127.0.0.1 and localhost; clients need no
+// certificate of their own. It returns the server and the CA file that
+// verifies it.
+func StartTLS(t testing.TB, extra ...string) (*Server, string) {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), dir: t.TempDir()}
+	b, err := certs.SelfSigned(certs.SelfSignedOptions{Dir: filepath.Join(s.dir, "tls"), DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(b.CAPEM)
+	s.tls = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	s.args = append([]string{"--tls-cert-file", b.CertFile, "--tls-key-file", b.KeyFile, "--tls-ca-cert-file", b.CAFile, "--tls-auth-clients", "no"}, extra...)
+	return start(t, s), b.CAFile
+}
+
+func start(t testing.TB, s *Server) *Server {
+	t.Helper()
 	var err error
 	// A port found free can be taken before redis-server binds it; try a
 	// few.
@@ -85,25 +115,30 @@ func freePort() (int, error) {
 
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	args := append([]string{
-		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
+	listen := []string{"--port", port}
+	if s.tls != nil {
+		listen = []string{"--port", "0", "--tls-port", port}
+	}
+	args := append(append(listen,
+		"--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.args...)
+	), s.args...)
 	s.cmd = exec.Command(s.bin, args...)
 	s.exited = make(chan struct{})
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}
 	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(s.cmd, s.exited)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, TLSConfig: s.tls})
 	defer c.Close()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		var answered redis.Error // e.g. NOAUTH: up, and wants a password
+		if err == nil || errors.As(err, &answered) {
 			return nil
 		}
 		select {
@@ -122,7 +157,7 @@ func (s *Server) start() error {
 
 // Client is a plain client of the server, closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})
 	s.t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -68,6 +68,11 @@ type RedisOptions struct {
 // with RedisOptions.Clock, and the tests without a clock (exactness across
 // processes, window edges under concurrency) wait in real time. Times have
 // microsecond resolution; a Period is rounded up to a whole microsecond.
+// One difference from the MemoryStore remains: when a reload lowers Count
+// and several changes were recorded in the same microsecond, the ones
+// trimmed are the lowest members rather than the first arrived, so which of
+// those uids is still recognised as a retry may differ. The counts and
+// retry-after are the same.
 //
 // Keys never contain a requester's name: see redisKey.
 type RedisStore struct {
