@@ -220,7 +220,7 @@ var variations = map[string]struct {
 		values: "controller: {enabled: false}",
 		check: func(t *testing.T, rel *Release) {
 			k := rel.Kinds()
-			if k["Deployment"] != 1 || k["ClusterRole"]+k["ClusterRoleBinding"]+k["Role"]+k["RoleBinding"] != 0 || k["ServiceAccount"] != 1 {
+			if rel.Find("Deployment", fullname+"-controller") != nil || k["ClusterRole"]+k["ClusterRoleBinding"]+k["Role"]+k["RoleBinding"] != 0 || k["ServiceAccount"] != 1 {
 				t.Errorf("kinds %v", k)
 			}
 		},

@@ -41,6 +41,37 @@ characters so that derived Service and Secret names stay DNS labels (63).
 {{- default (printf "%s-policies" (include "qn-admission.fullname" .)) .Values.policies.configMap.existingName -}}
 {{- end -}}
 
+{{/*
+Rate windows. The bundled Redis runs only when windows are shared and no
+address of another Redis is given.
+*/}}
+{{- define "qn-admission.redis.fullname" -}}
+{{- printf "%s-redis" (include "qn-admission.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "qn-admission.redis.bundled" -}}
+{{- if and (eq .Values.windows.store "redis") .Values.windows.redis.bundled.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "qn-admission.redis.address" -}}
+{{- if include "qn-admission.redis.bundled" . -}}
+{{- printf "%s.%s.svc:6379" (include "qn-admission.redis.fullname" .) .Release.Namespace -}}
+{{- else -}}
+{{- .Values.windows.redis.address -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "qn-admission.redis.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "qn-admission.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end -}}
+
+{{- define "qn-admission.redis.labels" -}}
+{{ include "qn-admission.labels" . }}
+app.kubernetes.io/component: redis
+{{- end -}}
+
 {{/* Labels. */}}
 {{- define "qn-admission.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
@@ -158,6 +189,21 @@ express, each with a sentence that says what to change.
 {{- if ge (include "qn-admission.hours" $c.renewBefore | int) (include "qn-admission.hours" $c.duration | int) -}}
 {{- fail (printf "certificates.certManager.%s.renewBefore (%s) must be shorter than its duration (%s)" $name $c.renewBefore $c.duration) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $win := .Values.windows -}}
+{{- if ge (include "qn-admission.milliseconds" $win.storeTimeout | int) (mul $w.timeoutSeconds 1000 | int) -}}
+{{- fail (printf "windows.storeTimeout (%s) must be shorter than webhook.timeoutSeconds (%ds): the role's onStoreError must answer before the API server gives up" $win.storeTimeout (int $w.timeoutSeconds)) -}}
+{{- end -}}
+{{- if eq $win.store "redis" -}}
+{{- if and $win.redis.bundled.enabled $win.redis.address -}}
+{{- fail (printf "windows.redis.address (%s) is set and windows.redis.bundled.enabled is true: use your Redis (set bundled.enabled=false) or the bundled one (empty the address)" $win.redis.address) -}}
+{{- end -}}
+{{- if and (not $win.redis.bundled.enabled) (not $win.redis.address) -}}
+{{- fail "windows.store is redis but there is no Redis: set windows.redis.address to host:port of yours, or windows.redis.bundled.enabled=true" -}}
+{{- end -}}
+{{- if and $win.redis.bundled.enabled $win.redis.tls.enabled -}}
+{{- fail "windows.redis.tls.enabled needs your own Redis (windows.redis.address): the bundled Redis speaks plain text inside the cluster, reachable only from the webhook Pods" -}}
 {{- end -}}
 {{- end -}}
 {{- if and (eq .Values.policies.source "configMap") (not .Values.policies.configMap.existingName) (not .Values.policies.configMap.includeBundled) (not (hasKey .Values.policies.configMap.files "roles.yaml")) -}}
