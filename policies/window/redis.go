@@ -149,23 +149,28 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 func (s *RedisStore) Key(key string) string { return s.redisKey(key) }
 
 // redisKey names key's sorted set. The engine's keys read
-// "<role>/<kind>/<subject>" (e.g. "realtime/user/alice"); the Redis key
-// keeps the role and kind readable, so an operator can tell what the keys
-// are for, and replaces the rest by a fixed-size hash of the whole key:
+// "<role>/<kind>/<subject>" (e.g. "realtime/user/<hash of the name>") or
+// "<role>/role"; the Redis key keeps the role and kind readable, so an
+// operator can tell what the keys are for, and replaces the rest by a
+// fixed-size hash of the whole key:
 //
 //	qn:window:realtime:user:3f0c9e1a47b2d8c6e5f4a3b2c1d0e9f8
 //
-// so no user or namespace name is stored in Redis and every key has the
-// same size. The hash covers the whole key, so two keys never share a
-// window however their parts read. Characters outside [A-Za-z0-9._-] in
-// the readable parts become "_": in particular no "{", which Redis Cluster
-// would take for a hash tag and so put a whole role on one slot.
+// so no user or namespace name is stored in Redis (even if a caller passed
+// one) and every key has the same size. The hash covers the whole key, so
+// two keys never share a window however their parts read. Characters
+// outside [A-Za-z0-9._-] in the readable parts become "_": in particular no
+// "{", which Redis Cluster would take for a hash tag and so put a whole
+// role on one slot.
 func (s *RedisStore) redisKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	var b strings.Builder
 	b.Grow(len(s.prefix) + 2*maxLabel + 2 + 32)
 	b.WriteString(s.prefix)
 	parts := strings.SplitN(key, "/", 3)
+	if len(parts) == 2 && parts[1] == "role" {
+		parts = append(parts, "")
+	}
 	if len(parts) == 3 {
 		writeLabel(&b, parts[0])
 		b.WriteByte(':')

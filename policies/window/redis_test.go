@@ -42,6 +42,8 @@ func TestRedisKeysCarryRoleAndKindButNeverTheSubject(t *testing.T) {
 		"a role name with a hash tag":      {key: "rt{x}/user/bob", prefix: "qn:window:rt_x_:user:", secret: "bob"},
 		"a role name with separators":      {key: "a:b c/user/bob", prefix: "qn:window:a_b_c:user:", secret: "bob"},
 		"a key without the engine's shape": {key: "alice", prefix: "qn:window:", secret: "alice"},
+		"a role-wide window":               {key: "batch/role", prefix: "qn:window:batch:role:", secret: "\x00"},
+		"two parts that are not role-wide": {key: "batch/alice", prefix: "qn:window:", secret: "alice"},
 		"a very long role name is cut":     {key: strings.Repeat("r", 100) + "/user/bob", prefix: "qn:window:" + strings.Repeat("r", maxLabel) + ":user:", secret: "bob"},
 	}
 	for name, tc := range cases {
