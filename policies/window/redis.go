@@ -134,12 +134,14 @@ func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (State, 
 	return stateOf(limit, r[1], r[2]), nil
 }
 
-// Ping checks that the server answers, for readiness detail.
-func (s *RedisStore) Ping(ctx context.Context) error {
-	if p, ok := s.client.(interface {
-		Ping(context.Context) *redis.StatusCmd
-	}); ok {
-		return p.Ping(ctx).Err()
+// Load sends both scripts to the server (SCRIPT LOAD), so that the first
+// requests do not each pay an EVAL of the whole script; call it at start.
+// A server restarted later gets them back through Run's EVAL fallback.
+func (s *RedisStore) Load(ctx context.Context) error {
+	for _, sc := range []*redis.Script{takeScript, peekScript} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("load the rate window scripts into Redis: %w", err)
+		}
 	}
 	return nil
 }
@@ -279,6 +281,9 @@ func NewRedisClient(cfg RedisConfig) (*redis.Client, error) {
 		MaxRetries:      2,
 		MinRetryBackoff: time.Millisecond,
 		MaxRetryBackoff: 10 * time.Millisecond,
+		// Connections kept open, so a burst after a quiet spell does not
+		// dial (and handshake) under the request's deadline.
+		MinIdleConns:    2,
 		DisableIdentity: true,
 	}
 	if cfg.PasswordFile != "" {

@@ -125,7 +125,7 @@ func webhookArgs(t *testing.T, rel *Release) []string {
 func TestDefaultWindowsAreSharedThroughTheBundledRedis(t *testing.T) {
 	rel := render(t, "")
 	args := webhookArgs(t, rel)
-	want := map[string]string{"window-store": "redis", "redis-address": redisName + "." + releaseNS + ".svc:6379", "window-store-timeout": "150ms"}
+	want := map[string]string{"window-store": "redis", "redis-address": redisName + "." + releaseNS + ".svc:6379", "window-store-timeout": "250ms"}
 	for f, v := range want {
 		if got, _ := flag(args, f); got != v {
 			t.Errorf("--%s=%q, want %q", f, got, v)
