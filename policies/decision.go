@@ -33,6 +33,9 @@ type Decision struct {
 	WouldDeny []string
 	// Window is the requester's window after this request, for roles with one.
 	Window *WindowState
+	// WindowStore says how the window store served the request (mode,
+	// latency, failure), when it is a guarded store.
+	WindowStore *WindowStoreReport
 	// PatchOps counts the operations in Patch.
 	PatchOps int
 	// RetryAfter is, for a full rate window, when a slot frees; the

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -29,6 +30,8 @@ type EngineOptions struct {
 type Engine struct {
 	current atomic.Pointer[Set]
 	windows window.Store
+	// guarded is windows when it applies a role's onStoreError itself.
+	guarded guardedWindows
 	metrics *Metrics
 }
 
@@ -38,6 +41,7 @@ func NewEngine(set *Set, opts EngineOptions) *Engine {
 	if e.windows == nil {
 		e.windows = window.NewMemoryStore(clock.RealClock{}, window.MemoryOptions{})
 	}
+	e.guarded, _ = e.windows.(guardedWindows)
 	e.current.Store(set)
 	return e
 }
@@ -81,11 +85,17 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 	}
 	facts := p.Facts
 	if p.Window != nil {
-		st, err := e.peek(ctx, p)
-		if err != nil {
+		st, err := e.peek(ctx, p, &v)
+		switch {
+		case errors.Is(err, window.ErrStoreUnavailable):
+			if v.refuse(storeRefusal(p)); v.settled() {
+				return v.decision()
+			}
+		case err != nil:
 			return v.failed(err)
+		default:
+			facts.Window = st
 		}
-		facts.Window = st
 	}
 	res, err := e.evaluate(ctx, p, in, facts)
 	if err != nil {
@@ -117,10 +127,16 @@ func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool)
 	var err error
 	admitted := true
 	if p.Facts.DryRun {
-		st, err = e.windows.Peek(ctx, w.Key, w.Limit)
+		st, err = e.peekWindow(ctx, p, v)
 		admitted = err == nil && st.Remaining > 0
 	} else {
-		st, admitted, err = e.windows.Take(ctx, w.Key, w.Limit, p.Facts.UID)
+		st, admitted, err = e.takeWindow(ctx, p, v)
+	}
+	if errors.Is(err, window.ErrStoreUnavailable) {
+		if v.refuse(storeRefusal(p)); v.settled() {
+			return v.decision(), false
+		}
+		return Decision{}, true
 	}
 	if err != nil {
 		return v.failed(fmt.Errorf("take a slot of rate window %s: %w", w.Key, err)), false
@@ -160,8 +176,8 @@ func (e *Engine) mutate(ctx context.Context, p *Plan, in *Input) Decision {
 
 // peek reads the requester's window before this request, as policies see
 // it in input.context.window.
-func (e *Engine) peek(ctx context.Context, p *Plan) (*WindowState, error) {
-	st, err := e.windows.Peek(ctx, p.Window.Key, p.Window.Limit)
+func (e *Engine) peek(ctx context.Context, p *Plan, v *verdict) (*WindowState, error) {
+	st, err := e.peekWindow(ctx, p, v)
 	if err != nil {
 		return nil, fmt.Errorf("read rate window %s: %w", p.Window.Key, err)
 	}
@@ -201,6 +217,8 @@ type verdict struct {
 	warnings []string
 	refusals []Decision
 	window   *WindowState
+	// store reports how the window store served the request.
+	store *WindowStoreReport
 }
 
 func (v *verdict) refuse(d Decision) { v.refusals = append(v.refusals, d) }
@@ -226,6 +244,7 @@ func (v *verdict) decision() Decision {
 		}
 	}
 	d.Window = v.window
+	d.WindowStore = v.store
 	return d
 }
 

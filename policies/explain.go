@@ -87,7 +87,7 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 	}
 	facts := p.Facts
 	if p.Window != nil {
-		st, err := e.peek(ctx, p)
+		st, err := e.peek(ctx, p, &verdict{plan: p})
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/quantumnode/qn-admission/policies/window"
 )
 
 // RolesFile is the name of the role table inside a policy directory.
@@ -111,10 +113,14 @@ type Role struct {
 
 // Window is a sliding rate window: at most Limit changes per Period per Key.
 type Window struct {
-	Limit     int           `yaml:"limit"`
-	PeriodRaw string        `yaml:"period"`
-	Key       WindowKey     `yaml:"key"`
-	Period    time.Duration `yaml:"-"`
+	Limit     int       `yaml:"limit"`
+	PeriodRaw string    `yaml:"period"`
+	Key       WindowKey `yaml:"key"`
+	// OnStoreError says what happens while a shared window store (Redis)
+	// cannot answer: failOpen (the default) admits and counts on this
+	// replica alone, failClosed refuses with 503.
+	OnStoreError window.OnStoreError `yaml:"onStoreError"`
+	Period       time.Duration       `yaml:"-"`
 }
 
 // Allows reports whether op is one of the role's operations.
@@ -144,7 +150,7 @@ var allowedKeys = map[string][]string{
 	"":                   {"defaultRole", "exemptions", "roles"},
 	"exemptions":         {"users", "groups", "namespaces"},
 	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "enforcement", "onError", "parameters"},
-	"roles.*.window":     {"limit", "period", "key"},
+	"roles.*.window":     {"limit", "period", "key", "onStoreError"},
 	"roles.*.requesters": {"users", "groups", "serviceAccounts"},
 	"roles.*.delete":     {"users", "groups", "serviceAccounts"},
 }
@@ -297,6 +303,13 @@ func (v *validator) role(t *RoleTable, name string, r *Role) {
 		case KeyUser, KeyNamespace, KeyRole:
 		default:
 			v.at(p+".window.key", "%q is not a window key (use user, namespace or role)", w.Key)
+		}
+		switch w.OnStoreError {
+		case "":
+			w.OnStoreError = window.FailOpen
+		case window.FailOpen, window.FailClosed:
+		default:
+			v.at(p+".window.onStoreError", "%q is not an onStoreError (use failOpen or failClosed)", w.OnStoreError)
 		}
 	}
 }

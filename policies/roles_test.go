@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quantumnode/qn-admission/policies/window"
 )
 
 func TestRoleTableErrorsNameFileLineAndField(t *testing.T) {
@@ -24,7 +26,7 @@ roles:
 		},
 		"an unknown field inside a window": {
 			src:  strings.Replace(base, "limit: 120", "limt: 120", 1),
-			want: "roles.yaml:5: roles.rt.window.limt: unknown field (known here: limit, period, key)",
+			want: "roles.yaml:5: roles.rt.window.limt: unknown field (known here: limit, period, key, onStoreError)",
 		},
 		"an unknown exemption kind": {
 			src:  base + "exemptions:\n  serviceAccounts: [x]\n",
@@ -45,6 +47,14 @@ roles:
 		"a window key that does not exist": {
 			src:  strings.Replace(base, "period: 60s", "period: 60s, key: pod", 1),
 			want: `roles.yaml:5: roles.rt.window.key: "pod" is not a window key (use user, namespace or role)`,
+		},
+		"an onStoreError that does not exist": {
+			src:  strings.Replace(base, "period: 60s", "period: 60s, onStoreError: open", 1),
+			want: `roles.yaml:5: roles.rt.window.onStoreError: "open" is not an onStoreError (use failOpen or failClosed)`,
+		},
+		"an onStoreError in the wrong case": {
+			src:  strings.Replace(base, "    window: {limit: 120, period: 60s}\n", "    window:\n      limit: 120\n      period: 60s\n      onStoreError: FailClosed\n", 1),
+			want: `roles.yaml:8: roles.rt.window.onStoreError: "FailClosed" is not an onStoreError (use failOpen or failClosed)`,
 		},
 		"missing packages": {
 			src:  strings.Replace(base, "    packages: [p]\n", "", 1),
@@ -89,6 +99,9 @@ func TestRoleTableDefaults(t *testing.T) {
 	r := tbl.Roles["r"]
 	if r.Enforcement != EnforceDeny || r.OnError != OnErrorDeny || r.Window.Key != KeyUser || r.Window.Period != time.Minute || r.Window.Limit != 3 {
 		t.Fatalf("defaults not applied: %+v window %+v", r, r.Window)
+	}
+	if r.Window.OnStoreError != window.FailOpen {
+		t.Fatalf("onStoreError defaults to %q, want failOpen", r.Window.OnStoreError)
 	}
 	if r.Parameters["nested"].(map[string]any)["deep"] != 1 {
 		t.Fatalf("parameters are free-form and kept: %v", r.Parameters)

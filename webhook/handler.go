@@ -184,6 +184,13 @@ func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d
 	if w := d.Window; w != nil {
 		attrs = append(attrs, slog.Group("window", slog.String("key", w.Key), slog.Int("count", w.Count), slog.Int("limit", w.Limit)))
 	}
+	if s := d.WindowStore; s != nil {
+		store := []any{slog.String("onStoreError", string(s.OnStoreError)), slog.Float64("latencyMs", float64(s.Latency.Microseconds())/1000)}
+		if s.Error != "" {
+			store = append(store, slog.String("error", s.Error), slog.Bool("countedLocally", s.CountedLocally))
+		}
+		attrs = append(attrs, slog.Group("windowStore", store...))
+	}
 	attrs = append(attrs, slog.Float64("latencyMs", float64(elapsed.Microseconds())/1000))
 	h.opts.DecisionLog.LogAttrs(ctx, slog.LevelInfo, "admission decision", attrs...)
 }

@@ -174,7 +174,9 @@ func TestThreeReplicasEnforceOneWindow(t *testing.T) {
 		flags    []string
 		admitted int
 	}{
-		"a shared Redis store: one window": {flags: []string{"--window-store", "redis", "--redis-address", srv.Addr}, admitted: 120},
+		// A deadline no stall of a loaded test machine reaches: this test
+		// is about exactness; TestWindowStoreOutage is about deadlines.
+		"a shared Redis store: one window": {flags: []string{"--window-store", "redis", "--redis-address", srv.Addr, "--window-store-timeout", "5s"}, admitted: 120},
 		"memory stores: a window each":     {flags: []string{"--window-store", "memory"}, admitted: 150},
 	}
 	for name, tc := range cases {
@@ -258,7 +260,7 @@ func TestThreeReplicasEnforceOneWindow(t *testing.T) {
 func TestReplicasNeverExceedAShortWindowAtItsEdges(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := windowPolicies(t, "window: {limit: 120, period: 60s, key: user}", "window: {limit: 5, period: 1s, key: user}")
-	rs := startReplicas(t, 3, dir, "--window-store", "redis", "--redis-address", srv.Addr)
+	rs := startReplicas(t, 3, dir, "--window-store", "redis", "--redis-address", srv.Addr, "--window-store-timeout", "5s")
 	const limit, period, run = 5, time.Second, 3 * time.Second
 	var mu sync.Mutex
 	var admitted []answer
@@ -337,7 +339,7 @@ func TestWindowStoreOutage(t *testing.T) {
 						if took := a.received.Sub(a.sent); took > deadline+slack {
 							t.Errorf("replica %d: a failClosed review took %s; the store deadline is %s", i, took, deadline)
 						}
-						if !a.Allowed && a.Code == http.StatusServiceUnavailable && strings.Contains(a.Message, "onStoreError: failClosed") {
+						if !a.Allowed && a.Code == http.StatusServiceUnavailable && a.Retry == 1 && strings.Contains(a.Message, "onStoreError: failClosed") {
 							closedOK.Add(1)
 						} else {
 							t.Errorf("replica %d: realtime with Redis down: %+v, want 503 failing closed", i, a)
@@ -360,14 +362,15 @@ func TestWindowStoreOutage(t *testing.T) {
 			}
 			for i, r := range rs {
 				ready, err := r.Readiness()
-				if err != nil || !strings.Contains(ready, "DOWN since") || !strings.Contains(ready, "realtime failClosed") || !strings.Contains(ready, "default failOpen") || !strings.HasSuffix(strings.TrimSpace(ready), "ok") {
+				if err != nil || !strings.Contains(ready, "DOWN since") || !strings.Contains(ready, "default failOpen") || !strings.Contains(ready, "realtime failClosed") || !strings.HasSuffix(strings.TrimSpace(ready), "ok") {
 					t.Errorf("replica %d /readyz?verbose during the outage (%v):\n%s", i, err, ready)
 				}
 				metrics, _ := r.Metrics()
 				if !strings.Contains(metrics, `qn_window_store_up{store="redis"} 0`) || !strings.Contains(metrics, "qn_window_store_errors_total{") {
 					t.Errorf("replica %d metrics lack the outage:\n%s", i, grepLines(metrics, "qn_window_store"))
 				}
-				if logs := r.Logs(); !strings.Contains(logs, `"windowStoreError"`) || !strings.Contains(logs, `"onStoreError":"failOpen"`) {
+				if logs := r.Logs(); !strings.Contains(logs, `"windowStore":{"onStoreError":"failOpen"`) || !strings.Contains(logs, `"countedLocally":true`) ||
+					!strings.Contains(logs, `"windowStore":{"onStoreError":"failClosed"`) || !strings.Contains(logs, `"error":"rate window store unavailable`) {
 					t.Errorf("replica %d decision log lacks the store failure:\n%s", i, grepLines(logs, "window"))
 				}
 			}

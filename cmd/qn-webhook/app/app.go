@@ -28,6 +28,7 @@ import (
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/dirwatch"
+	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
 
@@ -42,6 +43,9 @@ type Program struct {
 	// Policies is where the served set comes from; Engine serves it.
 	Policies policies.Source
 	Engine   *policies.Engine
+	// Windows counts every role's rate window, in this process or in
+	// Redis, under a deadline.
+	Windows *window.Guard
 	// Certificates holds the serving pair and follows its rotation.
 	Certificates *certs.FileSource
 	TLSConfig    *tls.Config
@@ -90,7 +94,7 @@ func Build(ctx context.Context, o *Options, logger *slog.Logger) (_ *Program, er
 		}
 	}()
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, step := range []func(context.Context) error{p.buildPolicies, p.buildHandler, p.buildCertificates, p.listen} {
+	for _, step := range []func(context.Context) error{p.buildWindows, p.buildPolicies, p.buildHandler, p.buildCertificates, p.listen} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -159,7 +163,7 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 	}
 	metrics.Reloaded(set.Revision, nil)
 	p.Logger.Info("policies loaded", "source", sourceName, "revision", set.Revision, "roles", set.Roles.Names())
-	p.Engine = policies.NewEngine(set, policies.EngineOptions{Metrics: metrics})
+	p.Engine = policies.NewEngine(set, policies.EngineOptions{Metrics: metrics, Windows: p.Windows})
 	// A failed reload does not make us unready: the last good set keeps
 	// serving, and failing every replica's probe would lock writes out.
 	p.Checks = append(p.Checks, webhook.Check{Name: "policies", Check: func() error { return nil }, Detail: p.Policies.Status})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
 
@@ -56,7 +57,23 @@ type Options struct {
 	ShutdownGracePeriod time.Duration
 	// LogFormat is json or text.
 	LogFormat string
+
+	// WindowStore is where rate windows are counted: "memory" (this
+	// process only: with N replicas a requester gets up to N times a
+	// role's limit) or "redis" (one window shared by every replica).
+	WindowStore string
+	// Redis is how to reach Redis when WindowStore is redis.
+	Redis window.RedisConfig
+	// WindowStoreTimeout bounds one window call; past it the role's
+	// onStoreError decides.
+	WindowStoreTimeout time.Duration
 }
+
+// Window stores.
+const (
+	WindowStoreMemory = "memory"
+	WindowStoreRedis  = "redis"
+)
 
 // NewOptions returns the defaults: they run locally with no flags but
 // --tls-self-signed, and are safe in a cluster.
@@ -73,6 +90,9 @@ func NewOptions() *Options {
 		MaxRequestBytes:     webhook.DefaultMaxRequestBytes,
 		ShutdownGracePeriod: 20 * time.Second,
 		LogFormat:           "json",
+		WindowStore:         WindowStoreMemory,
+		Redis:               window.RedisConfig{Address: "localhost:6379"},
+		WindowStoreTimeout:  window.DefaultStoreTimeout,
 	}
 }
 
@@ -96,6 +116,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
+	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
+	fs.StringVar(&o.Redis.Address, "redis-address", o.Redis.Address, "host:port of Redis, with --window-store redis.")
+	fs.StringVar(&o.Redis.PasswordFile, "redis-password-file", o.Redis.PasswordFile, "File holding the Redis password (a mounted Secret); re-read on every new connection.")
+	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "Connect to Redis with TLS (1.2 or later), verifying its certificate.")
+	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "With --redis-tls, the CA that signed Redis's certificate (default: the system roots).")
+	fs.DurationVar(&o.WindowStoreTimeout, "window-store-timeout", o.WindowStoreTimeout, "How long one rate window call may wait for the store; past it each role's window.onStoreError (failOpen or failClosed) decides.")
 }
 
 // Validate reports the first option that cannot work, as a sentence.
@@ -111,6 +137,17 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-request-bytes must be positive, got %d", o.MaxRequestBytes)
 	case o.LogFormat != "json" && o.LogFormat != "text":
 		return fmt.Errorf("--log-format must be json or text, got %q", o.LogFormat)
+	case o.WindowStore != WindowStoreMemory && o.WindowStore != WindowStoreRedis:
+		return fmt.Errorf("--window-store must be memory or redis, got %q", o.WindowStore)
+	case o.WindowStoreTimeout <= 0 || o.WindowStoreTimeout >= maxWindowStoreTimeout:
+		return fmt.Errorf("--window-store-timeout must be positive and below %s (the longest webhook timeout), got %s", maxWindowStoreTimeout, o.WindowStoreTimeout)
+	case o.Redis.TLSCAFile != "" && !o.Redis.TLS:
+		return fmt.Errorf("--redis-tls-ca-file is set but --redis-tls is not; add --redis-tls")
+	}
+	if o.WindowStore == WindowStoreRedis {
+		if _, _, err := net.SplitHostPort(o.Redis.Address); err != nil {
+			return fmt.Errorf("--redis-address %q is not host:port: %v", o.Redis.Address, err)
+		}
 	}
 	for _, addr := range []string{o.ListenAddress, o.ProbeAddress} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -119,6 +156,10 @@ func (o *Options) Validate() error {
 	}
 	return nil
 }
+
+// maxWindowStoreTimeout is the apiserver's longest webhook timeout: a
+// window call may never outlast the request it serves.
+const maxWindowStoreTimeout = 10 * time.Second
 
 // Logger builds the process logger in LogFormat, writing to w.
 func (o *Options) Logger(w io.Writer) *slog.Logger {

@@ -1,0 +1,72 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/webhook"
+)
+
+// buildWindows makes the rate window store: in this process, or in Redis
+// so that every replica counts against one window. Either way it sits
+// behind a window.Guard (deadline, metrics, and each role's onStoreError).
+//
+// An unreachable Redis does not stop qn-webhook from starting: until it
+// answers, each role's onStoreError applies, and readiness shows it.
+// Refusing to start would take every replica down with Redis and leave the
+// apiserver's failurePolicy to decide for every role at once.
+func (p *Program) buildWindows(ctx context.Context) error {
+	o := p.Options
+	opts := window.GuardOptions{Name: WindowStoreMemory, Timeout: o.WindowStoreTimeout, Metrics: window.NewStoreMetrics(p.Registry)}
+	var store window.Store = window.NewMemoryStore(nil, window.MemoryOptions{})
+	if o.WindowStore == WindowStoreRedis {
+		cfg := o.Redis
+		cfg.Timeout = o.WindowStoreTimeout
+		client, err := window.NewRedisClient(cfg)
+		if err != nil {
+			return fmt.Errorf("--window-store redis: %w", err)
+		}
+		p.closers = append(p.closers, func() { client.Close() })
+		redisStore := window.NewRedisStore(client, window.RedisOptions{})
+		loadCtx, cancel := context.WithTimeout(ctx, 4*o.WindowStoreTimeout)
+		if err := redisStore.Load(loadCtx); err != nil {
+			p.Logger.Warn("Redis does not answer yet; each role's window.onStoreError applies until it does", "address", cfg.Address, "error", err)
+		}
+		cancel()
+		store, opts.Name, opts.Address = redisStore, WindowStoreRedis, cfg.Address
+	}
+	p.Windows = window.NewGuard(store, opts)
+	p.Logger.Info("rate windows", "store", opts.Name, "address", opts.Address, "timeout", o.WindowStoreTimeout.String())
+	// Never unready because of the store, for the reason above; the
+	// detail says how it is doing.
+	p.Checks = append(p.Checks, webhook.Check{Name: "windows", Check: func() error { return nil }, Detail: p.windowsStatus})
+	return nil
+}
+
+// windowsStatus is the readiness detail of the window store: its health
+// and latency, and what each role with a window does when it fails.
+func (p *Program) windowsStatus() string {
+	var b strings.Builder
+	b.WriteString(p.Windows.Status().String())
+	if p.Options.WindowStore == WindowStoreMemory {
+		b.WriteString(" (this replica's windows only)")
+	}
+	if p.Engine == nil {
+		return b.String()
+	}
+	roles := p.Engine.Current().Roles
+	var modes []string
+	for name, r := range roles.Roles {
+		if r.Window != nil {
+			modes = append(modes, name+" "+string(r.Window.OnStoreError))
+		}
+	}
+	sort.Strings(modes)
+	if len(modes) > 0 {
+		fmt.Fprintf(&b, "; onStoreError: %s", strings.Join(modes, ", "))
+	}
+	return b.String()
+}
