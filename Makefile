@@ -6,9 +6,9 @@ BIN := bin
 
 .PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean
 
-## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080
+## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080, rate windows in memory; more flags in ARGS (e.g. ARGS="--window-store redis")
 run:
-	$(GO) run ./cmd/qn-webhook --tls-self-signed --log-format text
+	$(GO) run ./cmd/qn-webhook --tls-self-signed --log-format text $(ARGS)
 
 ## run-controller: start qn-controller against the current kubeconfig
 run-controller:
