@@ -339,7 +339,7 @@ func (s GuardStatus) String() string {
 	} else {
 		fmt.Fprintf(&b, "DOWN since %s", s.DownSince.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(&b, "; %d calls, %d failed, %d answered locally", s.Calls, s.Failures, s.Fallbacks)
+	fmt.Fprintf(&b, "; %d calls, %d unanswered, %d answered locally", s.Calls, s.Failures, s.Fallbacks)
 	if s.Samples > 0 {
 		fmt.Fprintf(&b, "; latency p50 %s p99 %s over the last %d", s.P50.Round(time.Microsecond), s.P99.Round(time.Microsecond), s.Samples)
 	}
