@@ -11,6 +11,7 @@
 package pattern
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -104,10 +105,14 @@ type LoadError struct {
 }
 
 func (e *LoadError) Error() string {
-	if e.Path == "" {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Problem)
+	at := e.File
+	if e.Line > 0 {
+		at = fmt.Sprintf("%s:%d", e.File, e.Line)
 	}
-	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Path, e.Problem)
+	if e.Path == "" {
+		return at + ": " + e.Problem
+	}
+	return at + ": " + e.Path + ": " + e.Problem
 }
 
 // File is one pattern policy file's bytes, as read from a policy directory.
@@ -149,29 +154,43 @@ func ReadFiles(fsys fs.FS) ([]File, error) {
 }
 
 // ParseFiles parses and checks every file; policy names must be unique.
-func ParseFiles(files []File) (map[string]*Policy, error) {
+// The policies that parsed are returned with one *LoadError for each file
+// that did not, so a caller can report every broken file at once.
+func ParseFiles(files []File) (map[string]*Policy, []*LoadError) {
 	byName := make(map[string]*Policy, len(files))
+	var problems []*LoadError
 	for _, f := range files {
 		p, err := Parse(f.Path, f.Source)
 		if err != nil {
-			return nil, err
+			problems = append(problems, err)
+			continue
 		}
 		if prev, dup := byName[p.Name]; dup {
-			return nil, &LoadError{File: f.Path, Line: 1, Problem: fmt.Sprintf(
-				"pattern policy %q is also defined by %s; names come from file names and must be unique", p.Name, prev.File)}
+			problems = append(problems, &LoadError{File: f.Path, Line: 1, Problem: fmt.Sprintf(
+				"pattern policy %q is also defined by %s; names come from file names and must be unique", p.Name, prev.File)})
+			continue
 		}
 		byName[p.Name] = p
 	}
-	return byName, nil
+	return byName, problems
 }
 
-// Load reads and checks every pattern policy in fsys.
+// Load reads and checks every pattern policy in fsys; the error joins the
+// problems of every broken file.
 func Load(fsys fs.FS) (map[string]*Policy, error) {
 	files, err := ReadFiles(fsys)
 	if err != nil {
 		return nil, err
 	}
-	return ParseFiles(files)
+	byName, problems := ParseFiles(files)
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = p
+		}
+		return nil, errors.Join(errs...)
+	}
+	return byName, nil
 }
 
 // allowedKeys is the shape of a pattern policy, outside the patterns
@@ -185,7 +204,7 @@ var allowedKeys = map[string][]string{
 
 // Parse decodes and checks one pattern policy file. Every problem is a
 // *LoadError naming the file, the line and the field.
-func Parse(file string, src []byte) (*Policy, error) {
+func Parse(file string, src []byte) (*Policy, *LoadError) {
 	name := strings.TrimSuffix(path.Base(file), FileSuffix)
 	p := &parser{file: file}
 	var root yaml.Node
@@ -269,7 +288,7 @@ func Parse(file string, src []byte) (*Policy, error) {
 		return nil, p.errorf(v.Line, "validate", "declare pattern (one pattern the object must match) or anyPattern (a list, any one suffices)")
 	}
 
-	var err error
+	var err *LoadError
 	if pol.Match, err = p.selector(child(doc, "match"), "match"); err != nil {
 		return nil, err
 	}
@@ -285,29 +304,28 @@ func Parse(file string, src []byte) (*Policy, error) {
 
 // yamlError turns the YAML parser's "yaml: line 6: ..." into file:6: ...,
 // with a hint for the commonest slip in patterns.
-func yamlError(file string, err error) error {
+func yamlError(file string, err error) *LoadError {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	var line int
 	if n, _ := fmt.Sscanf(msg, "line %d:", &line); n == 1 {
 		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
-		file = fmt.Sprintf("%s:%d", file, line)
 	}
 	if strings.Contains(msg, "did not find expected alphabetic or numeric character") {
 		msg += ` (an unquoted * or & starts a YAML alias or anchor: quote wildcards and operators, e.g. "*", "!high", ">1")`
 	}
-	return fmt.Errorf("%s: %s", file, msg)
+	return &LoadError{File: file, Line: line, Problem: msg}
 }
 
 type parser struct {
 	file string
 }
 
-func (p *parser) errorf(line int, field, format string, args ...any) error {
+func (p *parser) errorf(line int, field, format string, args ...any) *LoadError {
 	return &LoadError{File: p.file, Line: line, Path: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // checkKeys reports the first unknown field outside the patterns.
-func (p *parser) checkKeys(n *yaml.Node, at string) error {
+func (p *parser) checkKeys(n *yaml.Node, at string) *LoadError {
 	allowed := allowedKeys[at]
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
@@ -328,7 +346,7 @@ func (p *parser) checkKeys(n *yaml.Node, at string) error {
 	return nil
 }
 
-func (p *parser) selector(n *yaml.Node, field string) (*Selector, error) {
+func (p *parser) selector(n *yaml.Node, field string) (*Selector, *LoadError) {
 	if n == nil {
 		return nil, nil
 	}
@@ -347,7 +365,7 @@ func (p *parser) selector(n *yaml.Node, field string) (*Selector, error) {
 			s.Operations = append(s.Operations, o.Value)
 		}
 	}
-	var err error
+	var err *LoadError
 	if u := child(n, "userInfo"); u != nil {
 		if s.UserInfo, err = p.tree(u, field+".userInfo", field+".userInfo"); err != nil {
 			return nil, err
@@ -367,7 +385,7 @@ func (p *parser) selector(n *yaml.Node, field string) (*Selector, error) {
 // userInfoKeys are the fields of request.userInfo (authentication/v1).
 var userInfoKeys = []string{"username", "uid", "groups", "extra"}
 
-func (p *parser) checkUserInfoKeys(n *yaml.Node, field string) error {
+func (p *parser) checkUserInfoKeys(n *yaml.Node, field string) *LoadError {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key := n.Content[i].Value
 		if a := parseAnchor(key); a != nil {
@@ -383,7 +401,7 @@ func (p *parser) checkUserInfoKeys(n *yaml.Node, field string) error {
 // tree converts a pattern's YAML into the values Kyverno's matcher reads
 // and checks it: anchors, operators, and the Kyverno features a pattern
 // here cannot use.
-func (p *parser) tree(n *yaml.Node, field, label string) (*Tree, error) {
+func (p *parser) tree(n *yaml.Node, field, label string) (*Tree, *LoadError) {
 	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
 		return nil, p.errorf(n.Line, field, "a pattern is a mapping that mirrors the document it matches (e.g. metadata: {labels: {...}})")
 	}
@@ -412,7 +430,7 @@ const (
 
 // value builds Kyverno's view of a YAML node (maps of string keys, lists,
 // strings, int64, float64, bool, nil) and checks each part.
-func (p *parser) value(n *yaml.Node, field string, at where) (any, error) {
+func (p *parser) value(n *yaml.Node, field string, at where) (any, *LoadError) {
 	switch n.Kind {
 	case yaml.AliasNode:
 		return nil, p.errorf(n.Line, field, "YAML aliases (*name) are not allowed in patterns; quote a wildcard: \"*\"")
