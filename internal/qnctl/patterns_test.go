@@ -17,8 +17,8 @@ func TestEvalExplainsWhichPatternFired(t *testing.T) {
 		args   []string
 	}{
 		"a pattern's denial beside Rego, and an Audit pattern's warning": {"explain/pattern-denied.golden", []string{other, "--user", "alice"}},
-		"a role judged by patterns alone":                                 {"explain/pattern-only.golden", []string{other, "--role", "patterns-only"}},
-		"patterns that pass, on a node of the right team":                 {"explain/pattern-passed.golden", []string{"testdata/inputs/node-ops-team.yaml"}},
+		"a role judged by patterns alone":                                {"explain/pattern-only.golden", []string{other, "--role", "patterns-only"}},
+		"patterns that pass, on a node of the right team":                {"explain/pattern-passed.golden", []string{"testdata/inputs/node-ops-team.yaml"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			args := append([]string{"eval", "--policy-dir", testPatterns, "--time", testTime, "--explain", "--webhook", "validate"}, tc.args...)
