@@ -184,18 +184,35 @@ func (e *Engine) peek(ctx context.Context, p *Plan, v *verdict) (*WindowState, e
 	return windowState(p.Window.Spec, st), nil
 }
 
+// evaluate runs the role's prepared query and, on the validating path, its
+// pattern policies, into one result, so enforcement, the window and the
+// decision log treat a pattern's denial as a Rego rule's.
 func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) (rego.Result, error) {
-	if p.Query == nil {
+	if p.Query == nil && !p.patternsOnly() {
 		return rego.Result{}, p.inconsistent()
 	}
-	value, err := inputValue(in, facts)
-	if err != nil {
-		return rego.Result{}, err
+	var res rego.Result
+	var elapsed time.Duration
+	if p.Query != nil {
+		value, err := inputValue(in, facts)
+		if err != nil {
+			return rego.Result{}, err
+		}
+		start := time.Now()
+		res, err = p.Query.Eval(ctx, value)
+		elapsed = time.Since(start)
+		if err != nil {
+			e.metrics.evaluated(p.Role, elapsed, err)
+			return res, err
+		}
 	}
-	start := time.Now()
-	res, err := p.Query.Eval(ctx, value)
-	e.metrics.evaluated(p.Role, time.Since(start), err)
-	return res, err
+	if len(p.Patterns) > 0 {
+		start := time.Now()
+		judgePatterns(p.Patterns, in, &res)
+		elapsed += time.Since(start)
+	}
+	e.metrics.evaluated(p.Role, elapsed, nil)
+	return res, nil
 }
 
 // stamp marks a decision with what made it: the policy revision, the role

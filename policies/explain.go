@@ -6,6 +6,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -56,6 +57,11 @@ type Explanation struct {
 	// Result is what the policies produced; Err an evaluation error.
 	Result rego.Result
 	Err    error
+	// Patterns are the verdicts of the role's pattern policies (validating
+	// path): which failed, where, and which did not apply or were skipped.
+	// Their denials and warnings are not in Result, which is the Rego
+	// query's alone; the decision merges both.
+	Patterns []pattern.Verdict
 	// Firings are the rules that held, with file, line and value.
 	Firings []rego.Firing
 	// Trace is every event of the evaluation, for a readable Rego trace.
@@ -94,20 +100,26 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 		x.WindowKey, x.Window, x.WindowSubject = p.Window.Key, st, windowSubject(p.Role, p.Window.Spec, p.Facts)
 		facts.Window = st
 	}
-	if p.Query == nil {
+	if p.Query == nil && !p.patternsOnly() {
 		return nil, p.inconsistent()
 	}
-	value, err := inputValue(in, facts)
-	if err != nil {
-		return nil, err
-	}
-	x.Evaluated, x.Packages = true, p.Query.Packages()
+	x.Evaluated = true
 	x.Rules = rego.ValidationRules
 	if path == PathMutate {
 		x.Rules = rego.MutationRules
 	}
-	x.Result, x.Trace, x.Err = p.Query.EvalTraced(ctx, value)
-	x.Firings = rego.Firings(x.Trace)
+	if p.Query != nil {
+		value, err := inputValue(in, facts)
+		if err != nil {
+			return nil, err
+		}
+		x.Packages = p.Query.Packages()
+		x.Result, x.Trace, x.Err = p.Query.EvalTraced(ctx, value)
+		x.Firings = rego.Firings(x.Trace)
+	}
+	if x.Err == nil {
+		x.Patterns = explainPatterns(p.Patterns, in)
+	}
 	return x, nil
 }
 

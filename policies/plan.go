@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -62,8 +63,12 @@ type Plan struct {
 	// Facts are what the policies see as input.context, with the resolved
 	// role; the engine adds the window state when it reads it.
 	Facts Facts
-	// Query is the role's prepared query for Path.
+	// Query is the role's prepared query for Path; nil for a role judged
+	// by pattern policies only.
 	Query *rego.Query
+	// Patterns are the role's pattern policies, judged beside Query on the
+	// validating path (patterns never patch).
+	Patterns []*pattern.Policy
 }
 
 // PlannedWindow is the window a request counts against.
@@ -99,6 +104,7 @@ func (s *Set) plan(in *Input, path Path) *Plan {
 		p.Query = s.mutate[b.role]
 	} else {
 		p.Query = s.validate[b.role]
+		p.Patterns = s.patterns[b.role]
 	}
 	return p
 }
@@ -126,6 +132,12 @@ func windowKey(role string, w *Window, c Facts) string {
 func subjectHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:16])
+}
+
+// patternsOnly says the role lists no Rego packages: it has no prepared
+// query and is judged by its pattern policies alone.
+func (p *Plan) patternsOnly() bool {
+	return p.Spec != nil && len(p.Spec.Packages) == 0
 }
 
 // inconsistent is the error of a set whose role has no prepared query,

@@ -103,6 +103,9 @@ type Role struct {
 	Window *Window `yaml:"window"`
 	// Packages are the Rego packages evaluated for the role.
 	Packages []string `yaml:"packages"`
+	// Patterns are the pattern policies (<name>.pattern.yaml, Kyverno
+	// validate patterns) judged beside the packages on the validating path.
+	Patterns []string `yaml:"patterns"`
 	// Enforcement of the role's denials; default deny.
 	Enforcement Enforcement `yaml:"enforcement"`
 	// OnError applies when the policies fail; default deny.
@@ -149,7 +152,7 @@ func (t *RoleTable) Names() []string {
 var allowedKeys = map[string][]string{
 	"":                   {"defaultRole", "exemptions", "roles"},
 	"exemptions":         {"users", "groups", "namespaces"},
-	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "enforcement", "onError", "parameters"},
+	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "patterns", "enforcement", "onError", "parameters"},
 	"roles.*.window":     {"limit", "period", "key", "onStoreError"},
 	"roles.*.requesters": {"users", "groups", "serviceAccounts"},
 	"roles.*.delete":     {"users", "groups", "serviceAccounts"},
@@ -271,8 +274,8 @@ func (v *validator) role(t *RoleTable, name string, r *Role) {
 			v.at(p+".moveTo", "a role cannot move to itself; list other roles")
 		}
 	}
-	if len(r.Packages) == 0 {
-		v.at(p+".packages", "list at least one Rego package, e.g. qn.quantumnode")
+	if len(r.Packages) == 0 && len(r.Patterns) == 0 {
+		v.at(p+".packages", "list at least one Rego package (e.g. qn.quantumnode) or pattern policy (patterns: [name])")
 	}
 	switch r.Enforcement {
 	case "":

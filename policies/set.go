@@ -16,6 +16,7 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -46,6 +47,9 @@ type Set struct {
 	// mutation only patch, so neither evaluates the other's rules.
 	validate map[string]*rego.Query
 	mutate   map[string]*rego.Query
+	// patterns are each role's pattern policies, judged on the validating
+	// path beside the validate query; absent for a role without any.
+	patterns map[string][]*pattern.Policy
 }
 
 // Load reads a policy directory (roles.yaml, *.rego, data.json|yaml),
@@ -56,6 +60,7 @@ type Set struct {
 func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	var problems Problems
 	rolesSrc, roles := readRoleTable(fsys, &problems)
+	patterns, patternFiles := rolePatterns(fsys, roles, rolesSrc, &problems)
 	data, dataSrc := readData(fsys, &problems)
 	// Role parameters are data too: a role's policies read data.roles.<role>.
 	params := map[string]any{}
@@ -74,7 +79,7 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 		problems = append(problems, &Problem{File: ".", Message: err.Error(), Hint: "make every .rego file readable"})
 		return nil, problems
 	}
-	if len(modules) == 0 {
+	if len(modules) == 0 && !patternsOnly(roles) {
 		problems = append(problems, &Problem{File: ".", Message: "no .rego files", Hint: "add the Rego packages roles.yaml lists"})
 	}
 	compiled, err := rego.Compile(modules, data, rego.CompileOptions{AllowNetwork: opts.AllowNetwork})
@@ -87,7 +92,7 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	if problems = append(problems, undeclaredPackages(roles, rolesSrc, compiled)...); len(problems) > 0 {
 		return nil, problems
 	}
-	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules), Roles: roles, Compiled: compiled}
+	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, patternFiles), Roles: roles, Compiled: compiled, patterns: patterns}
 	problems = set.prepare(ctx, rolesSrc, opts.EvalTimeout)
 	if !opts.SkipTests && len(problems) == 0 {
 		results, err := compiled.RunTests(ctx)
@@ -124,6 +129,9 @@ func (s *Set) prepare(ctx context.Context, rolesSrc []byte, timeout time.Duratio
 	s.mutate = make(map[string]*rego.Query, len(s.Roles.Roles))
 	for _, name := range s.Roles.Names() {
 		packages := s.Roles.Roles[name].Packages
+		if len(packages) == 0 {
+			continue // a role judged by pattern policies only
+		}
 		v, err := s.Compiled.Prepare(ctx, packages, rego.ValidationRules, timeout)
 		if err == nil {
 			s.mutate[name], err = s.Compiled.Prepare(ctx, packages, rego.MutationRules, timeout)
@@ -205,7 +213,7 @@ func readData(fsys fs.FS, problems *Problems) (map[string]any, []byte) {
 
 // contentRevision names a policy directory by a hash of what it contains, so
 // two replicas with the same files report the same revision.
-func contentRevision(roles, data []byte, modules []rego.Module) string {
+func contentRevision(roles, data []byte, modules []rego.Module, patterns []pattern.File) string {
 	h := sha256.New()
 	h.Write(roles)
 	h.Write(data)
@@ -213,6 +221,11 @@ func contentRevision(roles, data []byte, modules []rego.Module) string {
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
 	for _, m := range sorted {
 		fmt.Fprintf(h, "\x00%s\x00%s", m.Path, m.Source)
+	}
+	// Pattern files come sorted by path; a directory without any hashes as
+	// it did before pattern policies existed.
+	for _, f := range patterns {
+		fmt.Fprintf(h, "\x00%s\x00%s", f.Path, f.Source)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:12]
 }

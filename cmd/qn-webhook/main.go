@@ -12,9 +12,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
+	"github.com/quantumnode/qn-admission/policies/pattern"
 )
 
 func main() {
+	pattern.DiscardMatcherLogs()
 	opts := app.NewOptions()
 	fs := pflag.NewFlagSet("qn-webhook", pflag.ExitOnError)
 	opts.AddFlags(fs)

@@ -9,9 +9,11 @@ import (
 	"syscall"
 
 	"github.com/quantumnode/qn-admission/internal/qnctl"
+	"github.com/quantumnode/qn-admission/policies/pattern"
 )
 
 func main() {
+	pattern.DiscardMatcherLogs()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := qnctl.Main(ctx, os.Args[1:], qnctl.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
 	stop()

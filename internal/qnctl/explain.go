@@ -35,6 +35,7 @@ type explainJSON struct {
 	Evaluated        bool                  `json:"evaluated"`
 	Rules            []string              `json:"rules,omitempty"`
 	Packages         []packageView         `json:"packages,omitempty"`
+	Patterns         []patternView         `json:"patterns,omitempty"`
 	Error            string                `json:"error,omitempty"`
 	Trace            string                `json:"trace,omitempty"`
 }
@@ -48,6 +49,50 @@ type packageView struct {
 	Listed  bool        `json:"listed"`
 	Entries []entryView `json:"entries"`
 	Held    []string    `json:"held"`
+}
+
+// patternView is one pattern policy's verdict on the request.
+type patternView struct {
+	Name string `json:"name"`
+	// Location is file:line of the policy's pattern (of the failing
+	// element, for a failure).
+	Location string `json:"location"`
+	// Outcome is passed, failed, skipped or not applicable.
+	Outcome string `json:"outcome"`
+	// Why explains a skipped or not applicable outcome.
+	Why string `json:"why,omitempty"`
+	// Action is deny or warn (failureAction Audit), for a failure.
+	Action   string           `json:"action,omitempty"`
+	Message  string           `json:"message,omitempty"`
+	Failures []patternFailure `json:"failures,omitempty"`
+}
+
+// patternFailure is where one pattern (or anyPattern alternative) failed.
+type patternFailure struct {
+	Pattern  string `json:"pattern"`
+	Path     string `json:"path,omitempty"`
+	Detail   string `json:"detail"`
+	Location string `json:"location"`
+}
+
+func patternViews(x *policies.Explanation) []patternView {
+	var out []patternView
+	for _, v := range x.Patterns {
+		pv := patternView{Name: v.Policy.Name, Outcome: v.Outcome.String(), Why: v.Why, Message: v.Message,
+			Location: fmt.Sprintf("%s:%d", v.Policy.File, v.Policy.Patterns[0].Line)}
+		for _, f := range v.Failures {
+			pv.Failures = append(pv.Failures, patternFailure{Pattern: f.Pattern, Path: f.Path, Detail: f.Detail, Location: fmt.Sprintf("%s:%d", v.Policy.File, f.Line)})
+		}
+		if len(pv.Failures) > 0 {
+			pv.Location = pv.Failures[0].Location
+			pv.Action = "deny"
+			if v.Policy.Audit {
+				pv.Action = "warn"
+			}
+		}
+		out = append(out, pv)
+	}
+	return out
 }
 
 // entryView is one deny, warn or patch entry and the rules behind it.
@@ -87,7 +132,7 @@ func explanationJSON(p *policySet, a *webhookAnswer, trace string) *explainJSON 
 		Exempt: x.Exempt, Role: x.Role, RoleKnown: x.RoleKnown, Operation: x.Operation,
 		OperationAllowed: x.OperationAllowed, StoredRole: x.StoredRole, Refusal: x.Refusal, RoleWarnings: x.Warnings,
 		WindowKey: x.WindowKey, Window: x.Window,
-		Evaluated: x.Evaluated, Rules: x.Rules, Packages: packageViews(x),
+		Evaluated: x.Evaluated, Rules: x.Rules, Packages: packageViews(x), Patterns: patternViews(x),
 	}
 	if x.Exempt == "" {
 		j.RoleFrom, j.RoleLocation = roleFrom(x), p.roleLocation(x)
@@ -309,7 +354,12 @@ func writeRoleSteps(tw *textWriter, p *policySet, x *policies.Explanation) {
 		tw.field("window", fmt.Sprintf("%s (%s): %d of %d changes in the last %s before this request, %d remaining (input.context.window)",
 			x.WindowKey, x.WindowSubject, w.Count, w.Limit, seconds(w.PeriodSeconds), w.Remaining))
 	}
-	tw.field("evaluated", fmt.Sprintf("%s rules of %s", joinAnd(x.Rules), strings.Join(x.Packages, ", ")))
+	switch {
+	case len(x.Packages) == 0:
+		tw.field("evaluated", "no Rego packages: the role is judged by its pattern policies")
+	default:
+		tw.field("evaluated", fmt.Sprintf("%s rules of %s", joinAnd(x.Rules), strings.Join(x.Packages, ", ")))
+	}
 	if x.Err != nil {
 		tw.field("error", x.Err.Error())
 	}
@@ -332,6 +382,28 @@ func writeRoleSteps(tw *textWriter, p *policySet, x *policies.Explanation) {
 		if len(pv.Held) > 0 {
 			tw.field("  held", heldText(pv.Held))
 		}
+	}
+	for _, pv := range patternViews(x) {
+		title := "pattern " + pv.Name + ": " + pv.Outcome
+		if pv.Why != "" {
+			title += ": " + pv.Why
+		}
+		if len(pv.Failures) == 0 {
+			title += " (" + pv.Location + ")"
+		}
+		tw.line("  " + title)
+		if len(pv.Failures) == 0 {
+			continue
+		}
+		var by []string
+		for _, f := range pv.Failures {
+			at := f.Pattern
+			if f.Path != "" {
+				at += " at " + f.Path
+			}
+			by = append(by, f.Location+" ("+at+")")
+		}
+		tw.field("  "+pv.Action, pv.Message+"\nby "+strings.Join(by, ", "))
 	}
 }
 
