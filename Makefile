@@ -38,6 +38,17 @@ chart:
 	$(GO) generate ./test/chart/
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -count=1 ./test/chart/
 
+## fuzz: run every Go fuzz target for FUZZTIME each (default 30s; make test runs only their seed corpora)
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./webhook/:FuzzDecodeAndAnswer ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzParseRoleTable ./internal/qnctl/:FuzzEvalInput
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run XXX -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 ## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
 k8s-bins:
 	@K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh
