@@ -63,7 +63,16 @@ func readReviewBody(r *http.Request, maxBytes int64) ([]byte, *requestError) {
 	if r.ContentLength > maxBytes {
 		return nil, tooLarge(maxBytes)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
+	var body []byte
+	var err error
+	if n := r.ContentLength; n > 0 {
+		// The apiserver always sends a length: one exact allocation instead
+		// of ReadAll's doubling, which would hold up to twice the body.
+		body = make([]byte, n)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
+	}
 	if err != nil {
 		return nil, badRequest("", "read request body: %v", err)
 	}
