@@ -67,8 +67,8 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 		if rev.Request == nil || rev.Request.UID == "" {
 			t.Fatal("a decoded review always has a request with a uid")
 		}
-		for _, mutating := range []bool{false, true} {
-			answer, _, d := Answer(context.Background(), engine, rev.Request, mutating, now)
+		for _, path := range []policies.Path{policies.PathValidate, policies.PathMutate} {
+			answer, _, d := Answer(context.Background(), engine, rev.Request, path, now)
 			r := answer.Response
 			if r == nil || r.UID != rev.Request.UID || r.Result == nil {
 				t.Fatalf("the answer must echo uid %q, got %+v", rev.Request.UID, r)
@@ -79,7 +79,7 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 			if len(r.Result.Message) > 4096+32 || !utf8.ValidString(r.Result.Message) && utf8.ValidString(d.Message) {
 				t.Fatalf("the message is bounded and not broken by clipping: %d bytes", len(r.Result.Message))
 			}
-			if !mutating && len(r.Patch) > 0 {
+			if path == policies.PathValidate && len(r.Patch) > 0 {
 				t.Fatal("a validating answer never carries a patch")
 			}
 		}
