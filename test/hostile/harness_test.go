@@ -55,7 +55,13 @@ type server struct {
 
 func start(t *testing.T, extra ...string) *server {
 	t.Helper()
-	proc, err := e2e.StartWebhook(binary, t.TempDir(), extra...)
+	return startIn(t, t.TempDir(), extra...)
+}
+
+// startIn is start with the self-signed pair written to certDir.
+func startIn(t *testing.T, certDir string, extra ...string) *server {
+	t.Helper()
+	proc, err := e2e.StartWebhook(binary, certDir, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +154,7 @@ func (s *server) memory() load.ProcStats {
 // probe GETs a probe path, returning status and body.
 func (s *server) probe(path string) (int, string) {
 	s.t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + s.proc.Probe + path)
 	if err != nil {
 		s.t.Fatalf("probe %s: %v", path, err)
