@@ -180,7 +180,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		}
 		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes)
 		if reqErr != nil {
-			h.log(c.Request.Context(), webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
+			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
 			writeRequestError(c.Writer, reqErr)
 			return
 		}
@@ -191,21 +191,21 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			if reqErr.status == http.StatusTooManyRequests {
 				c.Header("Retry-After", "1")
 			}
-			h.log(c.Request.Context(), webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
+			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
 			writeRequestError(c.Writer, reqErr)
 			return
 		}
 		defer release()
 		rev, reqErr := decodeBody(body, h.opts.MaxRequestElements)
 		if reqErr != nil {
-			h.log(c.Request.Context(), webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
+			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
 			writeRequestError(c.Writer, reqErr)
 			return
 		}
 		c.Set(uidKey, rev.Request.UID)
 		answer, in, d := Answer(c.Request.Context(), h.decider, rev.Request, path, h.opts.Clock.Now())
 		writeReview(c.Writer, http.StatusOK, answer)
-		h.log(c.Request.Context(), webhook, in, d, start)
+		h.log(c.Request, webhook, in, d, start)
 	}
 }
 
@@ -242,7 +242,7 @@ func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 // log writes the decision line and the metrics of one request: one JSON
 // line per decision, allowed or denied. Object bodies are never logged (a
 // Secret's data must not reach a log); reasons and warnings are ours.
-func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
+func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
 	elapsed := time.Since(start)
 	outcome := outcome(d)
 	if m := h.opts.Metrics; m != nil {
@@ -291,7 +291,9 @@ func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d
 		attrs = append(attrs, slog.Group("window", slog.String("key", field(w.Key)), slog.Int("count", w.Count), slog.Int("limit", w.Limit)))
 	}
 	attrs = append(attrs, slog.Float64("latencyMs", float64(elapsed.Microseconds())/1000))
-	h.opts.DecisionLog.LogAttrs(ctx, slog.LevelInfo, "admission decision", attrs...)
+	// Where the call came from: the address a NetworkPolicy must admit.
+	attrs = append(attrs, slog.String("remote", req.RemoteAddr))
+	h.opts.DecisionLog.LogAttrs(req.Context(), slog.LevelInfo, "admission decision", attrs...)
 }
 
 // field clips one caller-controlled value of a decision line.
