@@ -49,6 +49,13 @@ fuzz:
 		$(GO) test -run XXX -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
 	done
 
+## soak: the real qn-webhook at SOAK_RATE requests/s (default 200) for SOAK_DURATION (default 30m) with policy pushes and certificate rotations mixed in; 0 errors required
+SOAK_DURATION ?= 30m
+SOAK_RATE ?= 200
+.PHONY: soak
+soak:
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_RATE=$(SOAK_RATE) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 0 ./test/soak/
+
 ## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
 k8s-bins:
 	@K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh
