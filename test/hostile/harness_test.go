@@ -141,12 +141,18 @@ func (s *server) normalStillWorks() {
 // memory reads VmRSS and VmHWM and fails the test above rssLimit.
 func (s *server) memory() load.ProcStats {
 	s.t.Helper()
+	return s.memoryUnder(rssLimit)
+}
+
+// memoryUnder is memory with another bound.
+func (s *server) memoryUnder(bound uint64) load.ProcStats {
+	s.t.Helper()
 	st, err := load.ReadProc(s.proc.PID())
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if st.HWM > rssLimit {
-		s.t.Errorf("qn-webhook peaked at %.1f MiB RSS (VmHWM), over the %d MiB bound", mib(st.HWM), rssLimit>>20)
+	if st.HWM > bound {
+		s.t.Errorf("qn-webhook peaked at %.1f MiB RSS (VmHWM), over the %d MiB bound", mib(st.HWM), bound>>20)
 	}
 	return st
 }
@@ -180,6 +186,14 @@ func review(uid, user, op string, object any) []byte {
 		},
 	}
 	b, err := json.Marshal(r)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func mustObjectJSON(v any) []byte {
+	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err)
 	}
