@@ -272,3 +272,26 @@ func TestSchemalessValuesInMessagesAreClipped(t *testing.T) {
 	s.normalStillWorks()
 	s.memory()
 }
+
+// TestHugeHeadersAreRefused: headers beyond 64 KiB (Go's default is 1 MiB)
+// get 431 without being
+// read in full, and the next request is served.
+func TestHugeHeadersAreRefused(t *testing.T) {
+	s := start(t)
+	req, err := http.NewRequest(http.MethodPost, s.proc.URL("/validate"), bytes.NewReader(review("h", "alice", "CREATE", node("edge-1", nil, services(1)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Pad", strings.Repeat("p", 200<<10))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatalf("a 200 KiB header: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("a 200 KiB header: want 431, got %d", resp.StatusCode)
+	}
+	s.normalStillWorks()
+	s.memory()
+}
