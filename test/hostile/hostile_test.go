@@ -274,8 +274,7 @@ func TestSchemalessValuesInMessagesAreClipped(t *testing.T) {
 }
 
 // TestHugeHeadersAreRefused: headers beyond 64 KiB (Go's default is 1 MiB)
-// get 431 without being
-// read in full, and the next request is served.
+// get 431 without being read in full, and the next request is served.
 func TestHugeHeadersAreRefused(t *testing.T) {
 	s := start(t)
 	req, err := http.NewRequest(http.MethodPost, s.proc.URL("/validate"), bytes.NewReader(review("h", "alice", "CREATE", node("edge-1", nil, services(1)))))
