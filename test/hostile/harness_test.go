@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,27 +102,59 @@ func (r reply) message() string {
 // send posts body and requires a well-formed AdmissionReview back.
 func (s *server) send(method, path, contentType string, body io.Reader) reply {
 	s.t.Helper()
-	req, err := http.NewRequest(method, s.proc.URL(path), body)
+	r, err := s.trySend(method, path, contentType, body)
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	return r
+}
+
+// trySend is send for other goroutines than the test's: it returns what
+// went wrong instead of stopping the test.
+func (s *server) trySend(method, path, contentType string, body io.Reader) (reply, error) {
+	req, err := http.NewRequest(method, s.proc.URL(path), body)
+	if err != nil {
+		return reply{}, err
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return reply{}, fmt.Errorf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		s.t.Fatal(err)
+		return reply{}, err
 	}
 	r := reply{status: resp.StatusCode, raw: raw}
 	if err := json.Unmarshal(raw, &r.review); err != nil || r.review.Kind != "AdmissionReview" || r.review.Response == nil {
-		s.t.Fatalf("%s %s: HTTP %d is not a well-formed AdmissionReview: %.300s", method, path, resp.StatusCode, raw)
+		return r, fmt.Errorf("%s %s: HTTP %d is not a well-formed AdmissionReview: %.300s", method, path, resp.StatusCode, raw)
 	}
-	return r
+	return r, nil
+}
+
+// postConcurrently posts body to path from n goroutines at once and
+// returns every reply; a request that got no well-formed answer fails the
+// test.
+func (s *server) postConcurrently(n int, path func(i int) string, body []byte) []reply {
+	s.t.Helper()
+	replies := make([]reply, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			replies[i], errs[i] = s.trySend(http.MethodPost, path(i), "application/json", bytes.NewReader(body))
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return replies
 }
 
 func (s *server) post(path string, body []byte) reply {

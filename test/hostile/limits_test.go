@@ -3,7 +3,6 @@ package hostile
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -51,16 +50,11 @@ func eightAtOnce(t *testing.T, bound uint64, annotationCount, annotationBytes, l
 	if len(body) > 7<<20 {
 		t.Fatalf("the review is %d bytes, over the 7 MiB limit; shrink the padding", len(body))
 	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			r := s.post("/validate", body)
-			if r.status != 200 || r.code() == 0 {
-				t.Errorf("want an answer, got HTTP %d %.300s", r.status, r.raw)
-			}
-		})
+	for _, r := range s.postConcurrently(8, func(int) string { return "/validate" }, body) {
+		if r.status != 200 || r.code() == 0 {
+			t.Errorf("want an answer, got HTTP %d %.300s", r.status, r.raw)
+		}
 	}
-	wg.Wait()
 	s.normalStillWorks()
 	st := s.memoryUnder(bound)
 	t.Logf("8 concurrent %.1f MiB reviews of 2×(256 services, %d labels, %d KiB of annotations): RSS %.1f MiB, peak %.1f MiB", float64(len(body))/(1<<20), len(labels), annotationCount*annotationBytes>>10, mib(st.RSS), mib(st.HWM))
