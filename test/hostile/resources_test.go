@@ -192,3 +192,40 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestPathologicalRegoIsCutByItsDeadline: a policy that loops for minutes
+// on some objects is stopped by the evaluation deadline with a 500 that
+// names the role, and other requests keep being judged.
+func TestPathologicalRegoIsCutByItsDeadline(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "policies")
+	copyBundle(t, dir)
+	slow := `
+# Nine million steps for an object labelled slow=yes.
+deny contains "never" if {
+	object.get(input.request.object, ["metadata", "labels", "slow"], "") == "yes"
+	some a in numbers.range(1, 3000)
+	some b in numbers.range(1, 3000)
+	a * b == -1
+}
+`
+	src, err := os.ReadFile(filepath.Join(dir, "quantumnode.rego"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "quantumnode.rego"), string(src)+slow)
+	s := start(t, "--policy-dir", dir, "--policy-eval-timeout", "500ms")
+	obj := node("edge-1", nil, services(1))
+	obj["metadata"].(map[string]any)["labels"] = map[string]string{"slow": "yes"}
+	began := time.Now()
+	r := s.post("/validate", review("slow", "alice", "CREATE", obj))
+	took := time.Since(began)
+	if r.status != 200 || r.review.Response.Allowed || r.code() != 500 || !strings.Contains(r.message(), "default") {
+		t.Fatalf("want a 500 denial naming the role, got HTTP %d %.300s", r.status, r.raw)
+	}
+	if took > 3*time.Second {
+		t.Fatalf("the evaluation deadline is 500ms, the answer took %s", took)
+	}
+	s.normalStillWorks()
+	s.memory()
+	t.Logf("a nine-million-step policy answered in %s: %s", took, r.message())
+}
