@@ -38,6 +38,24 @@ chart:
 	$(GO) generate ./test/chart/
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -count=1 ./test/chart/
 
+## fuzz: run every Go fuzz target for FUZZTIME each (default 30s; make test runs only their seed corpora)
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./webhook/:FuzzDecodeAndAnswer ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzParseRoleTable ./internal/qnctl/:FuzzEvalInput
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run XXX -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
+	done
+
+## soak: the real qn-webhook at SOAK_RATE requests/s (default 200) for SOAK_DURATION (default 30m) with policy pushes and certificate rotations mixed in; 0 errors required
+SOAK_DURATION ?= 30m
+SOAK_RATE ?= 200
+.PHONY: soak
+soak:
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_RATE=$(SOAK_RATE) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 0 ./test/soak/
+
 ## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
 k8s-bins:
 	@K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh

@@ -55,6 +55,8 @@ type FileSource struct {
 	// reports.
 	errMu   sync.Mutex
 	lastErr error
+	// reloadErrors counts failed reloads, for an alert.
+	reloadErrors atomic.Uint64
 
 	started atomic.Bool
 }
@@ -174,6 +176,30 @@ func (s *FileSource) leaf() *x509.Certificate {
 	return p.leaf
 }
 
+// Ready returns nil once a pair is being served. A rotated pair that cannot
+// be served does not make the source unready: the previous pair still
+// serves, and failing readiness would take every replica out of the
+// Service at once over one bad Secret. Healthy, ReloadErrors and NotAfter
+// say what is wrong, for a readiness detail, a log and an alert.
+func (s *FileSource) Ready() error {
+	if s.current.Load() == nil {
+		return s.Healthy()
+	}
+	return nil
+}
+
+// ReloadErrors counts the reloads that failed since the start: a read or
+// parse error each time the broken files are looked at.
+func (s *FileSource) ReloadErrors() uint64 { return s.reloadErrors.Load() }
+
+// NotAfter is when the served certificate expires; zero before a load.
+func (s *FileSource) NotAfter() time.Time {
+	if leaf := s.leaf(); leaf != nil {
+		return leaf.NotAfter
+	}
+	return time.Time{}
+}
+
 // Healthy returns nil when a valid pair is being served and the files on
 // disk are that pair. Otherwise it says what is wrong: nothing loaded yet,
 // a rotated pair that cannot be served (while the previous one still is), or
@@ -215,6 +241,9 @@ func (s *FileSource) reload() (changed bool, prevErr, err error) {
 	defer s.reloadMu.Unlock()
 
 	changed, err = s.readAndSwap()
+	if err != nil {
+		s.reloadErrors.Add(1)
+	}
 	s.errMu.Lock()
 	prevErr, s.lastErr = s.lastErr, err
 	s.errMu.Unlock()

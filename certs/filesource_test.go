@@ -42,6 +42,16 @@ func TestFileSourceServesAValidPair(t *testing.T) {
 	}
 }
 
+func TestFileSourceIsNotReadyBeforeALoad(t *testing.T) {
+	src := NewFileSource(filepath.Join(t.TempDir(), "tls.crt"), filepath.Join(t.TempDir(), "tls.key"))
+	if err := src.Ready(); err == nil {
+		t.Fatal("Ready before any load = nil, want an error: nothing can be served")
+	}
+	if !src.NotAfter().IsZero() {
+		t.Fatalf("NotAfter before any load = %v, want zero", src.NotAfter())
+	}
+}
+
 func TestFileSourceRefusesToStartOnABadPair(t *testing.T) {
 	ca := newTestCA(t, "test CA")
 	good := ca.serving(t)
@@ -274,6 +284,15 @@ func TestFileSourceKeepsTheLastGoodPairThroughABrokenRotation(t *testing.T) {
 			}
 			if got := servedSerial(src); !sameSerial(got, good.serial) {
 				t.Errorf("served serial during the broken rotation = %v, want the last good %v", got, good.serial)
+			}
+			if err := src.Ready(); err != nil {
+				t.Errorf("Ready = %v: a broken rotation must not make the replica unready while the old pair serves", err)
+			}
+			if src.ReloadErrors() == 0 {
+				t.Error("ReloadErrors = 0 during a broken rotation, want it counted for an alert")
+			}
+			if src.NotAfter().Before(time.Now()) {
+				t.Errorf("NotAfter = %v, want the served certificate's expiry, in the future", src.NotAfter())
 			}
 
 			writeFile(t, certFile, next.certPEM)

@@ -14,6 +14,7 @@ type Metrics struct {
 	windowRejections *prometheus.CounterVec
 	reloads          *prometheus.CounterVec
 	activeRevision   *prometheus.GaugeVec
+	reloadFailing    prometheus.Gauge
 }
 
 // NewMetrics registers the engine's series on reg.
@@ -40,8 +41,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "qn_admission_policy_revision_info",
 			Help: "The policy revision being served (value 1), by revision.",
 		}, []string{"revision"}),
+		reloadFailing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "qn_admission_policy_reload_failing",
+			Help: "1 while the policy directory's current content is not being served (the last reload failed, or the directory is deleted or unreadable) and the last good set serves instead; 0 otherwise.",
+		}),
 	}
-	reg.MustRegister(m.evalDuration, m.evalErrors, m.windowRejections, m.reloads, m.activeRevision)
+	reg.MustRegister(m.evalDuration, m.evalErrors, m.windowRejections, m.reloads, m.activeRevision, m.reloadFailing)
 	return m
 }
 
@@ -68,9 +73,19 @@ func (m *Metrics) Reloaded(revision string, err error) {
 	}
 	if err != nil {
 		m.reloads.WithLabelValues("failure").Inc()
+		m.reloadFailing.Set(1)
 		return
 	}
 	m.reloads.WithLabelValues("success").Inc()
+	m.reloadFailing.Set(0)
 	m.activeRevision.Reset()
 	m.activeRevision.WithLabelValues(revision).Set(1)
+}
+
+// Recovered records that a directory that could not be read can be read
+// again, with the content already served.
+func (m *Metrics) Recovered() {
+	if m != nil {
+		m.reloadFailing.Set(0)
+	}
 }

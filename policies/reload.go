@@ -45,7 +45,48 @@ func NewReloader(dir string, opts ReloaderOptions) *Reloader {
 	if opts.Watch.Logger == nil {
 		opts.Watch.Logger = opts.Logger
 	}
-	return &Reloader{dir: dir, opts: opts, watcher: dirwatch.New(dir, opts.Watch)}
+	r := &Reloader{dir: dir, opts: opts}
+	watch := opts.Watch
+	next := watch.OnLook
+	watch.OnLook = func(err error) {
+		r.looked(err)
+		if next != nil {
+			next(err)
+		}
+	}
+	r.watcher = dirwatch.New(dir, watch)
+	return r
+}
+
+// unreadableError is a look at the directory that failed: it keeps the last
+// good set serving like a failed reload, and clears once the directory can
+// be read again.
+type unreadableError struct{ err error }
+
+func (e *unreadableError) Error() string {
+	return "the policy directory cannot be read (deleted or replaced?): " + e.err.Error()
+}
+
+func (e *unreadableError) Unwrap() error { return e.err }
+
+// looked records a look at the directory: an unreadable directory shows in
+// Status and the metrics like a failed reload, not only in the log.
+func (r *Reloader) looked(err error) {
+	r.mu.Lock()
+	_, wasUnreadable := r.lastErr.(*unreadableError)
+	switch {
+	case err != nil:
+		r.lastErr, r.lastAttempt = &unreadableError{err: err}, time.Now()
+	case wasUnreadable:
+		r.lastErr = nil
+	}
+	r.mu.Unlock()
+	if err != nil && !wasUnreadable {
+		r.opts.Metrics.Reloaded("", err)
+	}
+	if err == nil && wasUnreadable {
+		r.opts.Metrics.Recovered()
+	}
 }
 
 // Load is the first load of the directory; an error here has no last good

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/quantumnode/qn-admission/policies/dirwatch"
 )
 
@@ -159,5 +162,63 @@ func TestRevisionIsTheCommitOfAGitSyncCheckout(t *testing.T) {
 	writeFiles(t, plain, map[string]string{"roles.yaml": reloadRoles, "p.rego": "package p\n"})
 	if set, err = LoadDir(context.Background(), plain, LoadOptions{}); err != nil || !strings.HasPrefix(set.Revision, "sha256:") {
 		t.Fatalf("a plain directory is named by a content hash, got %q %v", set.Revision, err)
+	}
+}
+
+// TestADeletedDirectoryShowsInStatusAndMetrics: deleting the policy
+// directory (a ConfigMap removed, a checkout wiped) calls no reload, but it
+// is visible in Status and qn_admission_policy_reload_failing, the last
+// good set keeps serving, and it clears when the directory is back.
+func TestADeletedDirectoryShowsInStatusAndMetrics(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "policies")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"roles.yaml": reloadRoles,
+		"p.rego":     "package p\ndeny contains \"no\" if input.context.labels.deny == \"yes\"\n",
+	}
+	writeFiles(t, dir, files)
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg)
+	reloader := NewReloader(dir, ReloaderOptions{
+		Watch:   dirwatch.Options{Debounce: 20 * time.Millisecond, PollInterval: 50 * time.Millisecond},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: metrics,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	set, err := reloader.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := NewEngine(set, EngineOptions{})
+	go reloader.Run(ctx, engine)
+	served := set.Revision
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted directory shows in Status", func() bool {
+		return strings.Contains(reloader.Status(), "cannot be read")
+	})
+	if st := reloader.Status(); !strings.Contains(st, "serving "+served) {
+		t.Fatalf("Status must say the last good set still serves: %s", st)
+	}
+	if got := testutil.ToFloat64(metrics.reloadFailing); got != 1 {
+		t.Fatalf("qn_admission_policy_reload_failing = %v with the directory deleted, want 1", got)
+	}
+	if d := engine.Validate(ctx, node{labels: map[string]string{"deny": "yes"}}.input()); d.Allowed || engine.Current().Revision != served {
+		t.Fatalf("the last good set keeps judging: %+v", d)
+	}
+
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, files)
+	waitFor(t, "the restored directory clears Status", func() bool { return reloader.Status() == "serving "+served })
+	if got := testutil.ToFloat64(metrics.reloadFailing); got != 0 {
+		t.Fatalf("qn_admission_policy_reload_failing = %v with the directory back, want 0", got)
 	}
 }

@@ -44,7 +44,7 @@ func TestDecisionLogLineCarriesEveryField(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &d); err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{"time", "uid", "user", "groups", "role", "operation", "kind", "namespace", "name", "allowed", "code", "reasons", "patchOps", "window", "revision", "latencyMs"} {
+	for _, field := range []string{"time", "uid", "user", "groups", "role", "operation", "kind", "namespace", "name", "allowed", "code", "reasons", "patchOps", "window", "revision", "latencyMs", "remote"} {
 		if _, ok := d[field]; !ok && field != "window" {
 			t.Errorf("the denied line lacks %q: %s", field, lines[0])
 		}

@@ -16,7 +16,20 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/quantumnode/qn-admission/internal/clip"
 )
+
+// DefaultMaxRequestElements caps the JSON elements (object members and array
+// items, envelope included) of one AdmissionReview. The largest QuantumNode
+// the CRD admits, updated, with its managed fields, has a few thousand; a
+// crafted body with hundreds of thousands would cost hundreds of MiB once
+// decoded and turned into Rego input.
+const DefaultMaxRequestElements = 20000
+
+// MaxRequestDepth caps how deeply a body's objects and arrays nest; a
+// QuantumNode nests about ten levels.
+const MaxRequestDepth = 100
 
 // DefaultMaxRequestBytes caps an AdmissionReview body. The apiserver limits
 // objects to 3 MiB; a review carries object and oldObject plus the envelope.
@@ -41,30 +54,42 @@ func badRequest(uid types.UID, format string, args ...any) *requestError {
 	return &requestError{status: http.StatusBadRequest, uid: uid, message: fmt.Sprintf(format, args...)}
 }
 
-// decodeReview reads and decodes an admission/v1 AdmissionReview from r:
-// bounded, case-sensitive, duplicate keys refused.
-func decodeReview(r *http.Request, maxBytes int64) (*admissionv1.AdmissionReview, *requestError) {
+// readReviewBody checks the Content-Type and reads the body, bounded.
+func readReviewBody(r *http.Request, maxBytes int64) ([]byte, *requestError) {
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
 		return nil, &requestError{status: http.StatusUnsupportedMediaType,
-			message: fmt.Sprintf("Content-Type %q is not supported; send application/json", ct)}
+			message: fmt.Sprintf("Content-Type %q is not supported; send application/json", clip.String(ct, clip.FieldBytes))}
 	}
 	if r.ContentLength > maxBytes {
 		return nil, tooLarge(maxBytes)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
+	var body []byte
+	var err error
+	if n := r.ContentLength; n > 0 {
+		// The apiserver always sends a length: one exact allocation instead
+		// of ReadAll's doubling, which would hold up to twice the body.
+		body = make([]byte, n)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
+	}
 	if err != nil {
 		return nil, badRequest("", "read request body: %v", err)
 	}
 	if int64(len(body)) > maxBytes {
 		return nil, tooLarge(maxBytes)
 	}
-	return decodeBody(body)
+	return body, nil
 }
 
-// decodeBody applies the envelope rules to a body already read.
-func decodeBody(body []byte) (*admissionv1.AdmissionReview, *requestError) {
+// decodeBody applies the envelope rules to a body already read: the element
+// budget first (a scan that allocates nothing), then strict decoding.
+func decodeBody(body []byte, maxElements int) (*admissionv1.AdmissionReview, *requestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
+	}
+	if err := checkBudget(body, maxElements); err != nil {
+		return nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
 	}
 	review := &admissionv1.AdmissionReview{}
 	strictErrs, err := kjson.UnmarshalStrict(body, review, kjson.DisallowDuplicateFields)
@@ -77,7 +102,7 @@ func decodeBody(body []byte) (*admissionv1.AdmissionReview, *requestError) {
 	uid := uidOf(review)
 	if review.APIVersion != reviewAPIVersion || review.Kind != reviewKind {
 		return nil, badRequest(uid, "expected apiVersion %q and kind %q, got apiVersion %q and kind %q",
-			reviewAPIVersion, reviewKind, review.APIVersion, review.Kind)
+			reviewAPIVersion, reviewKind, clip.String(review.APIVersion, clip.FieldBytes), clip.String(review.Kind, clip.FieldBytes))
 	}
 	if review.Request == nil {
 		return nil, badRequest("", "AdmissionReview has no request")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -27,6 +29,21 @@ type Decider interface {
 type HandlerOptions struct {
 	// MaxRequestBytes caps a request body (413 above). Default 7 MiB.
 	MaxRequestBytes int64
+	// MaxRequestElements caps the JSON elements of a body, counted before
+	// decoding (413 above). Default DefaultMaxRequestElements.
+	MaxRequestElements int
+	// MaxConcurrentReviews caps the reviews decoded and evaluated at once,
+	// which bounds memory; a request waits up to ReviewSlotWait for a slot
+	// and is then answered 429. Default DefaultMaxConcurrentReviews().
+	MaxConcurrentReviews int
+	// ReviewSlotWait bounds the wait for a review slot. Default 2s, well
+	// inside the webhook configurations' 5s timeout.
+	ReviewSlotWait time.Duration
+	// KnownRole reports whether a role is one of the policy set's, so that
+	// only known roles become metric labels (the rest count as "unknown").
+	// Default: the roles of the Engine's current set when the Decider is a
+	// *policies.Engine, else no role is known.
+	KnownRole func(string) bool
 	// Clock stamps request time; tests inject a fake one.
 	Clock clock.PassiveClock
 	// Logger receives operational messages (panics).
@@ -50,6 +67,18 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if opts.MaxRequestElements <= 0 {
+		opts.MaxRequestElements = DefaultMaxRequestElements
+	}
+	if opts.MaxConcurrentReviews <= 0 {
+		opts.MaxConcurrentReviews = DefaultMaxConcurrentReviews()
+	}
+	if opts.ReviewSlotWait <= 0 {
+		opts.ReviewSlotWait = DefaultReviewSlotWait
+	}
+	if opts.KnownRole == nil {
+		opts.KnownRole = knownRoleOf(d)
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -63,7 +92,7 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.Use(recoverWithReview(opts.Logger))
-	h := &handler{decider: d, opts: opts}
+	h := &handler{decider: d, opts: opts, slots: make(chan struct{}, opts.MaxConcurrentReviews)}
 	r.POST(pathValidate, h.serve(policies.PathValidate))
 	r.POST(pathMutate, h.serve(policies.PathMutate))
 	r.NoMethod(func(c *gin.Context) {
@@ -80,6 +109,64 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 type handler struct {
 	decider Decider
 	opts    HandlerOptions
+	// slots holds one token per review being decoded and evaluated.
+	slots chan struct{}
+}
+
+// DefaultReviewSlotWait is how long a request waits for a review slot.
+const DefaultReviewSlotWait = 2 * time.Second
+
+// DefaultMaxConcurrentReviews is twice the CPUs Go may use, at least 4:
+// more reviews at once add memory, not throughput.
+func DefaultMaxConcurrentReviews() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+
+// acquire takes a review slot, giving up when the request ends (the
+// apiserver timed out or went away) or after ReviewSlotWait.
+func (h *handler) acquire(ctx context.Context) (release func(), err *requestError) {
+	select {
+	case h.slots <- struct{}{}:
+		return func() { <-h.slots }, nil
+	default:
+	}
+	timer := time.NewTimer(h.opts.ReviewSlotWait)
+	defer timer.Stop()
+	select {
+	case h.slots <- struct{}{}:
+		return func() { <-h.slots }, nil
+	case <-ctx.Done():
+		return nil, &requestError{status: http.StatusServiceUnavailable,
+			message: "the request ended while waiting for a review slot: qn-webhook is at its limit of concurrent reviews"}
+	case <-timer.C:
+		return nil, &requestError{status: http.StatusTooManyRequests, message: fmt.Sprintf(
+			"qn-webhook is overloaded: %d reviews are being evaluated and no slot freed within %s; the apiserver applies the webhook's failurePolicy, retry shortly",
+			cap(h.slots), h.opts.ReviewSlotWait)}
+	}
+}
+
+// knownRoleOf reads the role table of an Engine's current policy set.
+func knownRoleOf(d Decider) func(string) bool {
+	engine, ok := d.(*policies.Engine)
+	if !ok {
+		return func(string) bool { return false }
+	}
+	return func(role string) bool {
+		set := engine.Current()
+		if set == nil || set.Roles == nil {
+			return false
+		}
+		_, known := set.Roles.Roles[role]
+		return known
+	}
+}
+
+// roleLabel keeps the role label of a metric in a closed set: the policy
+// set's roles, "" when no role was resolved, and "unknown" for any name a
+// caller made up (an annotation value must not mint a series).
+func (h *handler) roleLabel(role string) string {
+	if role == "" || h.opts.KnownRole(role) {
+		return role
+	}
+	return "unknown"
 }
 
 func (h *handler) serve(path policies.Path) gin.HandlerFunc {
@@ -91,16 +178,34 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			g.Inc()
 			defer g.Dec()
 		}
-		rev, reqErr := decodeReview(c.Request, h.opts.MaxRequestBytes)
+		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes)
 		if reqErr != nil {
-			h.log(c.Request.Context(), webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
+			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
+			writeRequestError(c.Writer, reqErr)
+			return
+		}
+		// The body is read before a slot is taken, so a slow sender cannot
+		// hold one; decoding and evaluation, which cost memory, take one.
+		release, reqErr := h.acquire(c.Request.Context())
+		if reqErr != nil {
+			if reqErr.status == http.StatusTooManyRequests {
+				c.Header("Retry-After", "1")
+			}
+			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
+			writeRequestError(c.Writer, reqErr)
+			return
+		}
+		defer release()
+		rev, reqErr := decodeBody(body, h.opts.MaxRequestElements)
+		if reqErr != nil {
+			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
 			writeRequestError(c.Writer, reqErr)
 			return
 		}
 		c.Set(uidKey, rev.Request.UID)
 		answer, in, d := Answer(c.Request.Context(), h.decider, rev.Request, path, h.opts.Clock.Now())
 		writeReview(c.Writer, http.StatusOK, answer)
-		h.log(c.Request.Context(), webhook, in, d, start)
+		h.log(c.Request, webhook, in, d, start)
 	}
 }
 
@@ -123,10 +228,11 @@ func Answer(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, p
 }
 
 // DecodeReview decodes an AdmissionReview body with the webhook's rules
-// (case-sensitive, duplicate keys refused, admission.k8s.io/v1 only, a
+// (at most DefaultMaxRequestElements elements and MaxRequestDepth levels,
+// case-sensitive, duplicate keys refused, admission.k8s.io/v1 only, a
 // request with a uid required).
 func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
-	rev, reqErr := decodeBody(body)
+	rev, reqErr := decodeBody(body, DefaultMaxRequestElements)
 	if reqErr != nil {
 		return nil, reqErr
 	}
@@ -136,11 +242,11 @@ func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 // log writes the decision line and the metrics of one request: one JSON
 // line per decision, allowed or denied. Object bodies are never logged (a
 // Secret's data must not reach a log); reasons and warnings are ours.
-func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
+func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
 	elapsed := time.Since(start)
 	outcome := outcome(d)
 	if m := h.opts.Metrics; m != nil {
-		m.requests.WithLabelValues(webhook, d.Role, outcome, strconv.Itoa(int(d.Code))).Inc()
+		m.requests.WithLabelValues(webhook, h.roleLabel(d.Role), outcome, strconv.Itoa(int(d.Code))).Inc()
 		m.latency.WithLabelValues(webhook).Observe(elapsed.Seconds())
 	}
 	attrs := make([]slog.Attr, 0, 24)
@@ -153,36 +259,36 @@ func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d
 	if in != nil && in.Request != nil {
 		r := in.Request
 		attrs = append(attrs,
-			slog.String("uid", string(r.UID)),
-			slog.String("user", r.UserInfo.Username),
-			slog.Any("groups", r.UserInfo.Groups),
-			slog.String("operation", string(r.Operation)),
-			slog.String("kind", r.Kind.Group+"/"+r.Kind.Kind),
-			slog.String("namespace", r.Namespace),
-			slog.String("name", r.Name),
+			slog.String("uid", field(string(r.UID))),
+			slog.String("user", field(r.UserInfo.Username)),
+			slog.Any("groups", clip.Strings(r.UserInfo.Groups, clip.ListItems, clip.FieldBytes)),
+			slog.String("operation", field(string(r.Operation))),
+			slog.String("kind", field(r.Kind.Group+"/"+r.Kind.Kind)),
+			slog.String("namespace", field(r.Namespace)),
+			slog.String("name", field(r.Name)),
 			slog.Bool("dryRun", r.DryRun != nil && *r.DryRun),
 		)
 	}
-	attrs = append(attrs, slog.String("role", d.Role), slog.String("revision", d.Revision))
+	attrs = append(attrs, slog.String("role", field(d.Role)), slog.String("revision", d.Revision))
 	if d.Exempt != "" {
-		attrs = append(attrs, slog.String("exempt", d.Exempt))
+		attrs = append(attrs, slog.String("exempt", field(d.Exempt)))
 	}
 	if !d.Allowed {
 		reasons := d.Reasons
 		if len(reasons) == 0 {
 			reasons = []string{d.Message}
 		}
-		attrs = append(attrs, slog.Any("reasons", reasons))
+		attrs = append(attrs, slog.Any("reasons", messages(reasons)))
 	}
 	if len(d.WouldDeny) > 0 {
-		attrs = append(attrs, slog.Any("wouldDeny", d.WouldDeny))
+		attrs = append(attrs, slog.Any("wouldDeny", messages(d.WouldDeny)))
 	}
 	if len(d.Warnings) > 0 {
-		attrs = append(attrs, slog.Any("warnings", d.Warnings))
+		attrs = append(attrs, slog.Any("warnings", messages(d.Warnings)))
 	}
 	attrs = append(attrs, slog.Int("patchOps", d.PatchOps))
 	if w := d.Window; w != nil {
-		attrs = append(attrs, slog.Group("window", slog.String("key", w.Key), slog.Int("count", w.Count), slog.Int("limit", w.Limit)))
+		attrs = append(attrs, slog.Group("window", slog.String("key", field(w.Key)), slog.Int("count", w.Count), slog.Int("limit", w.Limit)))
 	}
 	if s := d.WindowStore; s != nil {
 		store := []any{slog.String("onStoreError", string(s.OnStoreError)), slog.Float64("latencyMs", float64(s.Latency.Microseconds())/1000)}
@@ -192,7 +298,17 @@ func (h *handler) log(ctx context.Context, webhook string, in *policies.Input, d
 		attrs = append(attrs, slog.Group("windowStore", store...))
 	}
 	attrs = append(attrs, slog.Float64("latencyMs", float64(elapsed.Microseconds())/1000))
-	h.opts.DecisionLog.LogAttrs(ctx, slog.LevelInfo, "admission decision", attrs...)
+	// Where the call came from: the address a NetworkPolicy must admit.
+	attrs = append(attrs, slog.String("remote", req.RemoteAddr))
+	h.opts.DecisionLog.LogAttrs(req.Context(), slog.LevelInfo, "admission decision", attrs...)
+}
+
+// field clips one caller-controlled value of a decision line.
+func field(s string) string { return clip.String(s, clip.FieldBytes) }
+
+// messages clips a list of reasons or warnings, which may quote the object.
+func messages(list []string) []string {
+	return clip.Strings(list, clip.ListItems, clip.MessageBytes)
 }
 
 // recoverWithReview turns a panic into a 500 AdmissionReview that still

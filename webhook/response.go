@@ -10,20 +10,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
 // review wraps a response in the AdmissionReview envelope the apiserver
 // expects: apiVersion, kind and the request's uid always echoed.
 func review(uid types.UID, d policies.Decision, path policies.Path) *admissionv1.AdmissionReview {
+	// Messages may quote the object (a service name, a role annotation):
+	// clipped, so a caller cannot size our answer.
 	resp := &admissionv1.AdmissionResponse{
 		UID:      uid,
 		Allowed:  d.Allowed,
-		Warnings: d.Warnings,
+		Warnings: clip.Strings(d.Warnings, clip.ListItems, clip.MessageBytes),
 		Result: &metav1.Status{
 			Code:    d.Code,
 			Reason:  d.Reason,
-			Message: d.Message,
+			Message: clip.Middle(d.Message, clip.AnswerBytes),
 		},
 	}
 	if !d.Allowed {
@@ -127,6 +130,10 @@ func reasonFor(status int) metav1.StatusReason {
 		return metav1.StatusReasonMethodNotAllowed
 	case http.StatusNotFound:
 		return metav1.StatusReasonNotFound
+	case http.StatusTooManyRequests:
+		return metav1.StatusReasonTooManyRequests
+	case http.StatusServiceUnavailable:
+		return metav1.StatusReasonServiceUnavailable
 	default:
 		return metav1.StatusReasonInternalError
 	}

@@ -54,12 +54,13 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 		TLSConfig:         s.TLSConfig,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
 	}
-	probe := &http.Server{Handler: newProbeHandler(s.Registry, checks), ReadHeaderTimeout: 5 * time.Second}
+	probe := &http.Server{Handler: newProbeHandler(s.Registry, checks), ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
 
 	errs := make(chan error, 2)
 	go func() { errs <- serveErr("admission", admission.ServeTLS(admissionLn, "", "")) }()
@@ -87,6 +88,11 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 	s.Logger.Info("stopped")
 	return runErr
 }
+
+// MaxHeaderBytes caps the request headers the servers read (431 above).
+// The API server sends a few hundred bytes; Go's default of 1 MiB would let
+// each of a thousand slow connections hold a megabyte.
+const MaxHeaderBytes = 64 << 10
 
 func serveErr(name string, err error) error {
 	if errors.Is(err, http.ErrServerClosed) {

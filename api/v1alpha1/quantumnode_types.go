@@ -71,18 +71,22 @@ type QuantumNodeSpec struct {
 	// +required
 	Hardware Hardware `json:"hardware"`
 
-	// Services lists the services the node exposes, at least one. Names and
-	// ports must be unique; the admission webhook checks both, with a message
-	// that names every clashing entry (an atomic list, so the apiserver's
-	// generic "Duplicate value" for map lists does not pre-empt it).
+	// Services lists the services the node exposes, at least one and at
+	// most 256 (an edge node runs tens; the cap bounds the work and memory
+	// of every request that carries the object). Names and ports must be
+	// unique; the admission webhook checks both, with a message that names
+	// every clashing entry (an atomic list, so the apiserver's generic
+	// "Duplicate value" for map lists does not pre-empt it).
 	// +required
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
 	// +listType=atomic
 	Services []Service `json:"services"`
 
 	// NodeName is the Kubernetes Node this QuantumNode runs on. The
 	// controller matches it against the cluster's Nodes.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
 }
 

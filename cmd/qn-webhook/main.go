@@ -22,9 +22,11 @@ func main() {
 	opts.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
+	logger := opts.Logger(os.Stdout)
+	app.SetMemoryLimit(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := app.Run(ctx, opts, opts.Logger(os.Stdout)); err != nil {
+	if err := app.Run(ctx, opts, logger); err != nil {
 		fmt.Fprintf(os.Stderr, "qn-webhook: %v\n", err)
 		os.Exit(1)
 	}

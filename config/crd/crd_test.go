@@ -3,6 +3,7 @@ package crd_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -225,6 +226,13 @@ func TestTheSchemaJudgesObjectsAsTheAPIServerWould(t *testing.T) {
 		return set(list, "spec", "services")
 	}
 	svc := func(name string, port any) map[string]any { return map[string]any{"name": name, "port": port} }
+	manyServices := func(n int) func(map[string]any) error {
+		list := make([]map[string]any, n)
+		for i := range list {
+			list[i] = svc(fmt.Sprintf("svc-%d", i), int64(1000+i))
+		}
+		return services(list...)
+	}
 	condition := func(typ string) map[string]any {
 		return map[string]any{"type": typ, "status": "True", "reason": "Fine", "message": "", "lastTransitionTime": "2026-01-02T03:04:05Z"}
 	}
@@ -285,6 +293,13 @@ func TestTheSchemaJudgesObjectsAsTheAPIServerWould(t *testing.T) {
 		},
 		"a port written as a string is rejected": {
 			change: services(svc("web", "80")), wantField: "spec.services[0].port", wantType: field.ErrorTypeTypeInvalid,
+		},
+		"256 services, the most an edge node may declare, are accepted": {change: manyServices(256)},
+		"257 services are too many": {
+			change: manyServices(257), wantField: "spec.services", wantType: field.ErrorTypeTooMany,
+		},
+		"a nodeName of 254 characters is too long": {
+			change: set(strings.Repeat("n", 254), "spec", "nodeName"), wantField: "spec.nodeName", wantType: field.ErrorTypeTooLong,
 		},
 		"two services with one name pass the schema: the webhook judges them with a clearer message": {
 			change: services(svc("web", int64(80)), svc("web", int64(81))),

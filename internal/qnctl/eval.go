@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/topdown/lineage"
@@ -491,10 +494,52 @@ type textWriter struct {
 	err error
 }
 
+// line prints s as one line of text: control characters and bytes that are
+// not UTF-8 (a binary fixture, a crafted message) are written as Go escapes,
+// so they cannot move the cursor, recolour or garble a terminal.
 func (t *textWriter) line(s string) {
 	if t.err == nil {
-		_, t.err = fmt.Fprintln(t.w, s)
+		_, t.err = fmt.Fprintln(t.w, printable(s))
 	}
+}
+
+// printableLines is printable for each line of a multi-line message.
+func printableLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// printable escapes what a terminal would interpret; plain text, tabs
+// included, is returned as it is.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || (unicode.IsControl(r) && r != '\t') {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r) && r != '\t':
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // field prints a labelled value; continuation lines are indented under it.

@@ -175,6 +175,7 @@ func TestEvalBadInputIsAClearErrorWithExit2(t *testing.T) {
 		"no file":                                    {nil, "accepts 1 arg(s), received 0"},
 		"an unknown flag":                            {[]string{"x", "--bogus"}, "unknown flag: --bogus"},
 		"a policy whose Rego tests fail":             {[]string{"testdata/inputs/node-valid.yaml", "--policy-dir", copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})}, "nodes_test.rego:3: demo.nodes_test.test_fails: test rule evaluated to false or undefined"},
+		"an endless file":                            {[]string{"/dev/zero"}, "/dev/zero is larger than 16 MiB, the most qnctl reads"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -188,6 +189,32 @@ func TestEvalBadInputIsAClearErrorWithExit2(t *testing.T) {
 			}
 			if out != "" {
 				t.Errorf("nothing should reach stdout on an error, got:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestEvalStdinIsReadUpToALimit(t *testing.T) {
+	code, out, errOut := run(t, strings.Repeat(" ", MaxInputBytes+1), "eval", "--policy-dir", testPolicies, "-")
+	if code != ExitError || out != "" || !strings.Contains(errOut, "stdin is larger than 16 MiB") {
+		t.Fatalf("want exit 2 naming the limit, got %d\nstdout:\n%s\nstderr:\n%.300s", code, out, errOut)
+	}
+}
+
+func TestTextOutputEscapesWhatATerminalWouldInterpret(t *testing.T) {
+	tests := map[string]struct{ in, want string }{
+		"plain text and tabs are kept":              {in: "PASS\tfixture café", want: "PASS\tfixture café"},
+		"an escape sequence is shown, not run":      {in: "name \x1b[2J\x1b[31mred", want: `name \x1b[2J\x1b[31mred`},
+		"a byte that is not UTF-8 is shown":         {in: "bin\xff\xfe", want: `bin\xff\xfe`},
+		"a carriage return cannot overwrite a line": {in: "FAIL\rPASS", want: `FAIL\rPASS`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var b strings.Builder
+			tw := &textWriter{w: &b}
+			tw.line(tc.in)
+			if got := strings.TrimSuffix(b.String(), "\n"); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
 	}

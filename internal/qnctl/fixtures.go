@@ -175,9 +175,9 @@ func loadFixtures(files []string, now time.Time) ([]*loadedCase, error) {
 }
 
 func loadFixtureFile(file string, now time.Time) ([]*loadedCase, error) {
-	src, err := os.ReadFile(file)
+	src, err := readFileBounded(file)
 	if err != nil {
-		return nil, fmt.Errorf("read fixtures %s: %w", file, unwrapPathError(err))
+		return nil, fmt.Errorf("fixtures: %w", err)
 	}
 	name := relPath(file)
 	var ff fixtureFile

@@ -144,15 +144,42 @@ func readSource(name string, stdin io.Reader) (string, []byte, error) {
 		if stdin == nil {
 			return name, nil, fmt.Errorf("stdin (-) is not available here; name a file")
 		}
-		src, err = io.ReadAll(stdin)
 		name = "stdin"
+		src, err = readBounded(name, stdin)
 	} else {
-		src, err = os.ReadFile(name)
+		src, err = readFileBounded(name)
 	}
 	if err != nil {
-		return name, nil, fmt.Errorf("read %s: %w", name, unwrapPathError(err))
+		return name, nil, err
 	}
 	return name, src, nil
+}
+
+// MaxInputBytes bounds one input file or stdin. The webhook takes at most
+// 7 MiB of JSON; the same review as YAML is a little larger.
+const MaxInputBytes = 16 << 20
+
+// readBounded reads at most MaxInputBytes from r; more is an error, so
+// /dev/zero or a runaway pipe ends in a message, not an out-of-memory crash.
+func readBounded(name string, r io.Reader) ([]byte, error) {
+	src, err := io.ReadAll(io.LimitReader(r, MaxInputBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, unwrapPathError(err))
+	}
+	if len(src) > MaxInputBytes {
+		return nil, fmt.Errorf("%s is larger than %d MiB, the most qnctl reads (an AdmissionReview is at most 7 MiB)", name, MaxInputBytes>>20)
+	}
+	return src, nil
+}
+
+// readFileBounded is readBounded for a named file.
+func readFileBounded(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, unwrapPathError(err))
+	}
+	defer f.Close()
+	return readBounded(name, f)
 }
 
 var yamlSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)

@@ -86,11 +86,11 @@ func Main(ctx context.Context, args []string, s Streams) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(s.Err, "qnctl: %v\n", ee.err)
+			fmt.Fprintf(s.Err, "qnctl: %s\n", printableLines(ee.err.Error()))
 		}
 		return ee.code
 	}
-	fmt.Fprintf(s.Err, "qnctl: %v\n", err)
+	fmt.Fprintf(s.Err, "qnctl: %s\n", printableLines(err.Error()))
 	var ue *usageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
 		if ran == nil {

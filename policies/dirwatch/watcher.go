@@ -41,6 +41,11 @@ type Options struct {
 	// Clock is where the debounce and poll timers come from, so tests can
 	// step time. Default the real clock.
 	Clock clock.WithTicker
+	// OnLook, when set, is told the outcome of every look at the
+	// directory: the error when it could not be read (deleted, replaced by
+	// a file, unreadable), nil when it could. A deleted directory calls no
+	// onChange, so this is how the caller can report it.
+	OnLook func(err error)
 }
 
 // Watcher reports content changes of one policy directory. Create it with
@@ -159,6 +164,9 @@ func (w *Watcher) look(ctx context.Context, onChange func(context.Context)) erro
 }
 
 func (w *Watcher) report(fp string, changed bool, err error) {
+	if w.opts.OnLook != nil {
+		w.opts.OnLook(err)
+	}
 	if w.onCheck != nil {
 		w.onCheck(fp, changed, err)
 	}

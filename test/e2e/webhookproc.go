@@ -102,6 +102,9 @@ func StartWebhook(bin, certDir string, extra ...string) (*WebhookProcess, error)
 	return w, nil
 }
 
+// PID is the process id, for its memory in /proc.
+func (w *WebhookProcess) PID() int { return w.cmd.Process.Pid }
+
 // URL is the HTTPS URL of a webhook path.
 func (w *WebhookProcess) URL(path string) string { return "https://" + w.Address + path }
 

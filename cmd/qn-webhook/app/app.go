@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -179,10 +180,12 @@ func (p *Program) buildHandler(context.Context) error {
 	}
 	p.closers = append(p.closers, closeDecisionLog)
 	p.Handler = webhook.NewHandler(p.Engine, webhook.HandlerOptions{
-		MaxRequestBytes: p.Options.MaxRequestBytes,
-		Logger:          p.Logger,
-		DecisionLog:     decisionLog,
-		Metrics:         webhook.NewMetrics(p.Registry),
+		MaxRequestBytes:      p.Options.MaxRequestBytes,
+		MaxRequestElements:   p.Options.MaxRequestElements,
+		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,
+		Logger:               p.Logger,
+		DecisionLog:          decisionLog,
+		Metrics:              webhook.NewMetrics(p.Registry),
 	})
 	return nil
 }
@@ -221,7 +224,25 @@ func (p *Program) buildCertificates(context.Context) error {
 		return err
 	}
 	p.Certificates, p.TLSConfig = source, tlsConfig
-	p.Checks = append(p.Checks, webhook.Check{Name: "certificate", Check: source.Healthy})
+	// A rotated pair that cannot be served keeps the previous one serving
+	// and the replica ready (failing readiness on every replica over one
+	// bad Secret would stop admission); the detail and the metrics say it.
+	p.Checks = append(p.Checks, webhook.Check{Name: "certificate", Check: source.Ready, Detail: func() string {
+		if err := source.Healthy(); err != nil {
+			return "WARNING: " + err.Error()
+		}
+		return "serving, expires " + source.NotAfter().UTC().Format(time.RFC3339)
+	}})
+	p.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "qn_certificate_reload_errors_total",
+			Help: "Reads of the serving certificate files that failed (unreadable, unparsable, mismatched pair); the previous pair keeps serving.",
+		}, func() float64 { return float64(source.ReloadErrors()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "qn_certificate_expiry_timestamp_seconds",
+			Help: "When the serving certificate being served expires, as a Unix time.",
+		}, func() float64 { return float64(source.NotAfter().Unix()) }),
+	)
 	p.Tasks = append(p.Tasks, Task{Name: "certificate watcher", Run: source.Start})
 	return nil
 }
@@ -263,6 +284,12 @@ func (p *Program) listen(context.Context) error {
 		return fmt.Errorf("listen for admission requests on %s: %w", o.ListenAddress, err)
 	}
 	p.closers = append(p.closers, func() { admissionLn.Close() })
+	limit, fdLimit := connectionLimit(o.MaxConnections)
+	if limit < o.MaxConnections {
+		p.Logger.Warn("admission connections capped below --max-connections to keep descriptors for probes and reloads",
+			"maxConnections", limit, "requested", o.MaxConnections, "fileDescriptorLimit", fdLimit)
+	}
+	admissionLn = limitConnections(admissionLn, limit)
 	probeLn, err := net.Listen("tcp", o.ProbeAddress)
 	if err != nil {
 		return fmt.Errorf("listen for probes on %s: %w", o.ProbeAddress, err)

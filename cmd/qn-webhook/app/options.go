@@ -52,7 +52,19 @@ type Options struct {
 	// DecisionLog is "-" for stdout or a file to append decision lines to.
 	DecisionLog string
 
+	// MaxRequestBytes caps an AdmissionReview body (413 above).
 	MaxRequestBytes int64
+	// MaxRequestElements caps the JSON elements of a body, counted before
+	// decoding (413 above).
+	MaxRequestElements int
+	// MaxConcurrentReviews caps the reviews decoded and evaluated at once;
+	// more wait up to 2s for a slot, then get 429.
+	MaxConcurrentReviews int
+	// MaxConnections caps open connections on the admission listener, so
+	// the probe listener, certificate and policy reloads always have file
+	// descriptors. It is lowered to the process's descriptor limit minus
+	// a reserve when that is smaller.
+	MaxConnections int
 	// ShutdownGracePeriod bounds how long in-flight requests may drain.
 	ShutdownGracePeriod time.Duration
 	// LogFormat is json or text.
@@ -79,20 +91,23 @@ const (
 // --tls-self-signed, and are safe in a cluster.
 func NewOptions() *Options {
 	return &Options{
-		ListenAddress:       ":8443",
-		ProbeAddress:        ":8080",
-		TLSSelfSignedDir:    filepath.Join(os.TempDir(), "qn-webhook-certs"),
-		TLSSelfSignedHosts:  []string{"localhost", "127.0.0.1", "::1"},
-		CertPollInterval:    10 * time.Second,
-		PolicyEvalTimeout:   time.Second,
-		PolicyPollInterval:  10 * time.Second,
-		DecisionLog:         "-",
-		MaxRequestBytes:     webhook.DefaultMaxRequestBytes,
-		ShutdownGracePeriod: 20 * time.Second,
-		LogFormat:           "json",
-		WindowStore:         WindowStoreMemory,
-		Redis:               window.RedisConfig{Address: "localhost:6379"},
-		WindowStoreTimeout:  window.DefaultStoreTimeout,
+		ListenAddress:        ":8443",
+		ProbeAddress:         ":8080",
+		TLSSelfSignedDir:     filepath.Join(os.TempDir(), "qn-webhook-certs"),
+		TLSSelfSignedHosts:   []string{"localhost", "127.0.0.1", "::1"},
+		CertPollInterval:     10 * time.Second,
+		PolicyEvalTimeout:    time.Second,
+		PolicyPollInterval:   10 * time.Second,
+		DecisionLog:          "-",
+		MaxRequestBytes:      webhook.DefaultMaxRequestBytes,
+		MaxRequestElements:   webhook.DefaultMaxRequestElements,
+		MaxConcurrentReviews: webhook.DefaultMaxConcurrentReviews(),
+		MaxConnections:       DefaultMaxConnections,
+		ShutdownGracePeriod:  20 * time.Second,
+		LogFormat:            "json",
+		WindowStore:          WindowStoreMemory,
+		Redis:                window.RedisConfig{Address: "localhost:6379"},
+		WindowStoreTimeout:   window.DefaultStoreTimeout,
 	}
 }
 
@@ -114,6 +129,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DecisionLog, "decision-log", o.DecisionLog, "Where decision lines go: - for stdout, or a file to append to.")
 	fs.BoolVar(&o.AllowNetworkBuiltins, "allow-network-builtins", o.AllowNetworkBuiltins, "Let Rego policies call http.send, net.lookup_ip_addr and opa.runtime.")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
+	fs.IntVar(&o.MaxRequestElements, "max-request-elements", o.MaxRequestElements, "Most JSON elements (object members and array items) in one AdmissionReview, counted before decoding; more get 413.")
+	fs.IntVar(&o.MaxConcurrentReviews, "max-concurrent-reviews", o.MaxConcurrentReviews, "Most reviews decoded and evaluated at once (bounds memory); more wait up to 2s for a slot, then get 429.")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "Most open connections on the admission listener; lowered to the file-descriptor limit minus a reserve for probes and reloads.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
@@ -135,6 +153,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--policy-eval-timeout must be positive, got %s", o.PolicyEvalTimeout)
 	case o.MaxRequestBytes <= 0:
 		return fmt.Errorf("--max-request-bytes must be positive, got %d", o.MaxRequestBytes)
+	case o.MaxRequestElements <= 0:
+		return fmt.Errorf("--max-request-elements must be positive, got %d", o.MaxRequestElements)
+	case o.MaxConcurrentReviews <= 0:
+		return fmt.Errorf("--max-concurrent-reviews must be positive, got %d", o.MaxConcurrentReviews)
+	case o.MaxConnections <= 0:
+		return fmt.Errorf("--max-connections must be positive, got %d", o.MaxConnections)
 	case o.LogFormat != "json" && o.LogFormat != "text":
 		return fmt.Errorf("--log-format must be json or text, got %q", o.LogFormat)
 	case o.WindowStore != WindowStoreMemory && o.WindowStore != WindowStoreRedis:

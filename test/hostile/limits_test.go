@@ -1,0 +1,61 @@
+package hostile
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestEightLargestValidUpdatesAtOnce sends eight UPDATEs at once of the
+// largest QuantumNode an API server would pass: 256 services with
+// 63-character names, 250 KiB of annotations (the API server allows 256 KiB)
+// and 4,000 labels, as object and oldObject. Memory stays under 128 MiB.
+func TestEightLargestValidUpdatesAtOnce(t *testing.T) {
+	eightAtOnce(t, rssLimit, 1, 250<<10, 4000)
+}
+
+// TestEightCraftedReviewsAtEveryLimitAtOnce: eight reviews at once that
+// only a forger sends (6.2 MiB, just under the byte limit, with 16,000
+// labels, near the element limit) stay under three quarters of the chart's
+// 256 MiB limit when the Go runtime has the soft limit qn-webhook gives
+// itself in a container (GOMEMLIMIT here, as no cgroup limits this test).
+// Measured: about 130 MiB with a 96 MiB soft limit, 218 MiB without one.
+func TestEightCraftedReviewsAtEveryLimitAtOnce(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "96MiB")
+	eightAtOnce(t, 192<<20, 12, 256<<10, 8000)
+}
+
+func eightAtOnce(t *testing.T, bound uint64, annotationCount, annotationBytes, labelCount int) {
+	s := start(t)
+	// Annotations make up the bytes (the API server allows 256 KiB of them
+	// per object; a schema-less review can carry more), labels the elements.
+	annotations := map[string]string{}
+	for i := range annotationCount {
+		annotations[fmt.Sprintf("pad-%d", i)] = strings.Repeat("a", annotationBytes)
+	}
+	obj := node("edge-1", annotations, services(256))
+	labels := map[string]any{}
+	for i := range labelCount {
+		key := fmt.Sprintf("l%d-", i)
+		if labelCount > 4000 { // short labels: many elements, few bytes
+			labels[key] = "v"
+			continue
+		}
+		labels[key+strings.Repeat("k", 63-len(key))] = strings.Repeat("v", 63)
+	}
+	obj["metadata"].(map[string]any)["labels"] = labels
+	body := review("limits", "alice", "UPDATE", obj)
+	// oldObject: the same object again.
+	body = []byte(strings.Replace(string(body), `"operation":"UPDATE",`, `"operation":"UPDATE","oldObject":`+string(mustObjectJSON(obj))+`,`, 1))
+	if len(body) > 7<<20 {
+		t.Fatalf("the review is %d bytes, over the 7 MiB limit; shrink the padding", len(body))
+	}
+	for _, r := range s.postConcurrently(8, func(int) string { return "/validate" }, body) {
+		if r.status != 200 || r.code() == 0 {
+			t.Errorf("want an answer, got HTTP %d %.300s", r.status, r.raw)
+		}
+	}
+	s.normalStillWorks()
+	st := s.memoryUnder(bound)
+	t.Logf("8 concurrent %.1f MiB reviews of 2×(256 services, %d labels, %d KiB of annotations): RSS %.1f MiB, peak %.1f MiB", float64(len(body))/(1<<20), len(labels), annotationCount*annotationBytes>>10, mib(st.RSS), mib(st.HWM))
+}
