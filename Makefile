@@ -4,7 +4,7 @@ K8S_VERSION ?= v1.36.3
 GO ?= go
 BIN := bin
 
-.PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean
+.PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean rbac
 
 ## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080
 run:
@@ -37,6 +37,11 @@ bench:
 chart:
 	$(GO) generate ./test/chart/
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -count=1 ./test/chart/
+
+## rbac: regenerate config/rbac/role.yaml from the +kubebuilder:rbac markers of controller/ (controller-gen of the k8s 0.36 line)
+CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
+rbac:
+	$(CONTROLLER_GEN) rbac:roleName=qn-controller paths=./controller output:rbac:artifacts:config=config/rbac
 
 ## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
 k8s-bins:

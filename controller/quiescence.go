@@ -34,7 +34,7 @@ type settling struct {
 	seenAt     time.Time
 	// heldSince is when the first write was held back; zero when none is.
 	heldSince time.Time
-	// attempts counts consecutive hold-backs, for the backoff.
+	// attempts counts hold-backs at this generation, for the backoff.
 	attempts int
 }
 
@@ -61,7 +61,9 @@ func (q *quiescence) hold(qn *qnv1alpha1.QuantumNode, now time.Time) (time.Durat
 			s = &settling{}
 			q.nodes[key] = s
 		}
-		s.generation, s.seenAt = qn.Generation, now
+		// A new change starts its own wait; the backoff is for a node
+		// held again and again at one generation (flapping conditions).
+		s.generation, s.seenAt, s.attempts = qn.Generation, now, 0
 	}
 	var wait time.Duration
 	if qn.Generation != qn.Status.ObservedGeneration {

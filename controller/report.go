@@ -55,8 +55,6 @@ const (
 // counted but not listed, which keeps a namespace of thousands of
 // compliant nodes to a small object. The report is recomputed from the
 // cache and the engine, never patched by increments.
-//
-// +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports,verbs=get;list;watch;create;update;patch;delete
 type reportReconciler struct {
 	client client.Client
 	reader client.Reader
