@@ -66,23 +66,23 @@ type AuditResult struct {
 
 // RuleResult is the verdict of one rule (deny or warn) of one package.
 type RuleResult struct {
-	Package string
-	Rule    string
-	Verdict Verdict
+	Package string  `json:"package"`
+	Rule    string  `json:"rule"`
+	Verdict Verdict `json:"verdict"`
 	// Messages are the entries the rule produced (fail, warn) or why it
 	// was skipped or failed to evaluate.
-	Messages []string
+	Messages []string `json:"messages,omitempty"`
 	// Skipped lists the definitions of the rule that were not judged
 	// because they read the requester, with what they read.
-	Skipped []SkippedRule
+	Skipped []SkippedRule `json:"skipped,omitempty"`
 }
 
 // SkippedRule is one rule definition the audit does not judge.
 type SkippedRule struct {
 	// Location is file:line of the definition.
-	Location string
+	Location string `json:"location"`
 	// Reads are the requester fields it reads (see RequesterFields).
-	Reads []string
+	Reads []string `json:"reads"`
 }
 
 // Compliant says that no rule failed or could not be evaluated.
