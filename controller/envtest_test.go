@@ -335,7 +335,14 @@ func (h *harness) update(t testing.TB, obj client.Object, change func()) {
 // last error when the deadline passes first. No test sleeps a fixed time.
 func eventually(t testing.TB, what string, check func() error) {
 	t.Helper()
-	const timeout, interval = 30 * time.Second, 50 * time.Millisecond
+	eventuallyWithin(t, 30*time.Second, what, check)
+}
+
+// eventuallyWithin is eventually with its own deadline, for benchmarks
+// whose work is measured, not bounded.
+func eventuallyWithin(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	const interval = 50 * time.Millisecond
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()

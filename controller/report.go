@@ -142,7 +142,8 @@ func (rr *reportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	want.SetResourceVersion(current.GetResourceVersion())
 	if err := rr.client.Update(ctx, want, client.FieldOwner(ManagerName)); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			// Someone wrote it since the read: rebuild from fresh facts.
+			return ctrl.Result{RequeueAfter: reportDelay}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("update PolicyReport %s/%s: %w", ns, ReportName, err)
 	}
