@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,10 +61,52 @@ type reportReconciler struct {
 	client client.Client
 	reader client.Reader
 	engine *policies.Engine
+
+	// audits remembers each node's audit by resourceVersion and policy
+	// revision, so a rebuild re-judges only what changed: a namespace of
+	// thousands of nodes is rebuilt after every burst of node events.
+	mu     sync.Mutex
+	audits map[types.UID]rememberedAudit
+}
+
+type rememberedAudit struct {
+	namespace, resourceVersion, revision string
+	result                               policies.AuditResult
+}
+
+// audit judges qn, or returns its remembered audit when neither the node
+// nor the policy revision changed since.
+func (rr *reportReconciler) audit(ctx context.Context, qn *qnv1alpha1.QuantumNode) (policies.AuditResult, error) {
+	revision := rr.engine.Current().Revision
+	rr.mu.Lock()
+	m, ok := rr.audits[qn.UID]
+	rr.mu.Unlock()
+	if ok && m.resourceVersion == qn.ResourceVersion && m.revision == revision {
+		return m.result, nil
+	}
+	res, err := auditNode(ctx, rr.engine, qn)
+	if err != nil {
+		return res, err
+	}
+	rr.mu.Lock()
+	rr.audits[qn.UID] = rememberedAudit{namespace: qn.Namespace, resourceVersion: qn.ResourceVersion, revision: res.Revision, result: res}
+	rr.mu.Unlock()
+	return res, nil
+}
+
+// forget drops the remembered audits of a namespace's nodes that are gone.
+func (rr *reportReconciler) forget(ns string, present map[types.UID]bool) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	for uid, m := range rr.audits {
+		if m.namespace == ns && !present[uid] {
+			delete(rr.audits, uid)
+		}
+	}
 }
 
 func setupReports(mgr ctrl.Manager, engine *policies.Engine, sweeps <-chan event.GenericEvent) error {
-	rr := &reportReconciler{client: mgr.GetClient(), reader: mgr.GetCache(), engine: engine}
+	rr := &reportReconciler{client: mgr.GetClient(), reader: mgr.GetCache(), engine: engine, audits: map[types.UID]rememberedAudit{}}
 	delayed := handler.TypedFuncs[client.Object, reconcile.Request]{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			q.AddAfter(namespaceRequest(e.Object), reportDelay)
@@ -110,17 +154,20 @@ func (rr *reportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("read PolicyReport %s/%s: %w", ns, ReportName, err)
 	}
 	var nodes []AuditedNode
+	present := map[types.UID]bool{}
 	for i := range list.Items {
 		qn := &list.Items[i]
 		if !qn.DeletionTimestamp.IsZero() {
 			continue
 		}
-		res, err := auditNode(ctx, rr.engine, qn)
+		res, err := rr.audit(ctx, qn)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		present[qn.UID] = true
 		nodes = append(nodes, AuditedNode{Node: qn, Result: res})
 	}
+	rr.forget(ns, present)
 	if len(nodes) == 0 {
 		if exists {
 			if err := rr.client.Delete(ctx, current); client.IgnoreNotFound(err) != nil {

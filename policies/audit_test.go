@@ -8,6 +8,7 @@ import (
 	"testing/fstest"
 
 	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/rego"
 )
 
 // storedNode is a QuantumNode as the apiserver stores it.
@@ -195,5 +196,25 @@ deny contains "no zone label" if not input.context.labels.zone
 	skips := AuditSkips(context.Background(), e.Current())
 	if len(skips["p.deny"]) != 3 || len(skips["p.warn"]) != 1 || len(skips["q.deny"]) != 0 {
 		t.Errorf("AuditSkips %v", skips)
+	}
+}
+
+// BenchmarkAuditRealtimeNode is the audit of one stored realtime node with
+// the bundled policies: the input built from the object, the plan, one
+// evaluation per package.
+func BenchmarkAuditRealtimeNode(b *testing.B) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := NewEngine(set, EngineOptions{})
+	obj := storedNode("apps", map[string]any{RoleAnnotation: "realtime", "qn.dev/latency-budget-ms": "20"},
+		map[string]any{"topology.kubernetes.io/zone": "cn-shanghai"}, nil)
+	e.Audit(context.Background(), obj) // the audit plan is built once per set
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := e.Audit(context.Background(), obj); !r.Compliant() {
+			b.Fatal(r.Violations())
+		}
 	}
 }
