@@ -282,7 +282,9 @@ func auditPlanOf(ctx context.Context, s *Set) *auditPlan {
 	if !loaded {
 		runtime.AddCleanup(s, func(k weak.Pointer[Set]) { auditPlans.Delete(k) }, key)
 	}
-	entry.once.Do(func() { entry.plan = buildAuditPlan(ctx, s) })
+	// Built for the set, not for this caller: a caller's cancelled
+	// context must not leave a broken plan behind for every later audit.
+	entry.once.Do(func() { entry.plan = buildAuditPlan(context.WithoutCancel(ctx), s) })
 	return entry.plan
 }
 
