@@ -4,7 +4,7 @@ K8S_VERSION ?= v1.36.3
 GO ?= go
 BIN := bin
 
-.PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean
+.PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean rbac
 
 ## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080, rate windows in memory; more flags in ARGS (e.g. ARGS="--window-store redis")
 run:
@@ -55,6 +55,11 @@ SOAK_RATE ?= 200
 .PHONY: soak
 soak:
 	SOAK_DURATION=$(SOAK_DURATION) SOAK_RATE=$(SOAK_RATE) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 0 ./test/soak/
+
+## rbac: regenerate config/rbac/role.yaml from the +kubebuilder:rbac markers of controller/ (controller-gen of the k8s 0.36 line)
+CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
+rbac:
+	$(CONTROLLER_GEN) rbac:roleName=qn-controller paths=./controller output:rbac:artifacts:config=config/rbac
 
 ## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
 k8s-bins:

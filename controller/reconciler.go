@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -25,6 +27,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/policies"
 )
 
 // Event reasons besides the condition reasons, which phase-transition
@@ -42,20 +45,8 @@ const (
 
 // Reconciler makes a QuantumNode's Service match its spec and its status
 // match the facts. Build it with its fields and call SetupWithManager; zero
-// fields take their value from the manager.
-//
-// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes/status,verbs=update;patch
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=qn-system,resources=leases,verbs=create
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=qn-system,resources=leases,resourceNames=qn-controller.qn.dev,verbs=get;update
-// +kubebuilder:rbac:groups="",namespace=qn-system,resources=events,verbs=create;patch
-//
-// The markers match config/rbac/role.yaml, which is kept by hand; the
-// leader-election rules belong to the command but live here so that one
-// place lists everything the process does.
+// fields take their value from the manager. The RBAC markers
+// config/rbac/role.yaml is generated from sit above Reconcile.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
@@ -70,6 +61,22 @@ type Reconciler struct {
 	Metrics prometheus.Registerer
 	// MaxConcurrentReconciles bounds parallel reconciles; 0 means 1.
 	MaxConcurrentReconciles int
+
+	// Policies, when set, judges every stored QuantumNode with the
+	// admission engine (the background audit): the PolicyCompliant
+	// condition, a Warning event on a change to non-compliant.
+	Policies *policies.Engine
+	// Audit, when set with Policies, re-audits every node when the policy
+	// revision changes and periodically, paced, and keeps the PolicyReports.
+	Audit *AuditOptions
+	// QuiescenceWindow holds status writes until a node's generation and
+	// conditions have been still for this long; 0 writes at once.
+	QuiescenceWindow time.Duration
+	// MaxRequeueDelay caps the wait for quiescence (default 30s).
+	MaxRequeueDelay time.Duration
+
+	quiet   *quiescence
+	metrics *auditMetrics
 }
 
 // NewScheme returns a scheme with every type the controller reads or writes:
@@ -110,7 +117,22 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := registerReplacing(r.Metrics, newPhaseCollector(mgr.GetCache())); err != nil {
 		return fmt.Errorf("register the QuantumNodes-by-phase gauge: %w", err)
 	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	r.quiet = newQuiescence(r.QuiescenceWindow, r.MaxRequeueDelay)
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Policies != nil {
+		var err error
+		if r.metrics, err = newAuditMetrics(r.Metrics, mgr.GetCache()); err != nil {
+			return err
+		}
+		if r.Audit != nil {
+			sweeps, err := r.setupAudit(mgr)
+			if err != nil {
+				return err
+			}
+			b = b.WatchesRawSource(sweeps)
+		}
+	}
+	err := b.
 		Named("quantumnode").
 		For(&qnv1alpha1.QuantumNode{}).
 		Owns(&corev1.Service{}).
@@ -124,6 +146,20 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return nil
 }
 
+// Everything the process does, the audit's PolicyReports and the
+// command's leader election included, is listed here, in one place;
+// `make rbac` generates config/rbac/role.yaml from these markers (a
+// free-standing comment: controller-gen reads package-level markers).
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes/status,verbs=update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=qn-system,resources=leases,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=qn-system,resources=leases,resourceNames=qn-controller.qn.dev,verbs=get;update
+// +kubebuilder:rbac:groups="",namespace=qn-system,resources=events,verbs=create;patch
+
 // Reconcile brings one QuantumNode's Service to its declared shape and
 // writes its status when the facts say something new. An error makes the
 // manager retry with exponential backoff.
@@ -132,6 +168,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	qn := &qnv1alpha1.QuantumNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, qn); err != nil {
 		// Gone: its Service goes with it through the owner reference.
+		if apierrors.IsNotFound(err) {
+			r.quiet.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !qn.DeletionTimestamp.IsZero() {
@@ -149,9 +188,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
-	status := ComputeStatus(qn, node, svc, metav1.NewTime(r.Clock.Now()))
+	now := metav1.NewTime(r.Clock.Now())
+	status := ComputeStatus(qn, node, svc, now)
+	if r.Policies != nil {
+		start := time.Now()
+		res, err := auditNode(ctx, r.Policies, qn)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.metrics.audited(time.Since(start))
+		c := PolicyCompliantCondition(res, qn.Generation)
+		c.LastTransitionTime = now
+		meta.SetStatusCondition(&status.Conditions, c)
+	}
 	if equality.Semantic.DeepEqual(qn.Status, status) {
 		return ctrl.Result{}, nil
+	}
+	if wait, held := r.quiet.hold(qn, now.Time); held {
+		logger.V(1).Info("status change held until the QuantumNode is quiescent", "after", wait)
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	updated := qn.DeepCopy()
 	updated.Status = status
@@ -171,6 +226,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.recordTransition(updated, from, to)
 		logger.Info("phase changed", "from", from, "to", to, "reason", readyReason(status))
 	}
+	r.recordCompliance(updated, findCondition(qn.Status.Conditions, qnv1alpha1.ConditionPolicyCompliant), findCondition(status.Conditions, qnv1alpha1.ConditionPolicyCompliant))
 	return ctrl.Result{}, nil
 }
 
@@ -266,6 +322,21 @@ func (r *Reconciler) recordTransition(qn *qnv1alpha1.QuantumNode, from, to qnv1a
 		from = "none"
 	}
 	r.Recorder.Eventf(qn, nil, eventType, ready.Reason, "UpdatePhase", "phase %s → %s: %s", from, to, ready.Message)
+}
+
+// recordCompliance emits a Warning event when the audit finds a node newly
+// non-compliant (after the status write, so event and status agree), and a
+// Normal one when it complies again.
+func (r *Reconciler) recordCompliance(qn *qnv1alpha1.QuantumNode, before, after *metav1.Condition) {
+	if after == nil || (before != nil && before.Status == after.Status && before.Reason == after.Reason) {
+		return
+	}
+	switch {
+	case after.Status == metav1.ConditionFalse:
+		r.Recorder.Eventf(qn, nil, corev1.EventTypeWarning, after.Reason, "AuditPolicies", "%s", after.Message)
+	case before != nil && before.Status == metav1.ConditionFalse && after.Status == metav1.ConditionTrue:
+		r.Recorder.Eventf(qn, nil, corev1.EventTypeNormal, after.Reason, "AuditPolicies", "%s", after.Message)
+	}
 }
 
 func readyCondition(status qnv1alpha1.QuantumNodeStatus) metav1.Condition {

@@ -40,6 +40,11 @@ const (
 	// ConditionNodeMatched is true when spec.nodeName names an existing Node
 	// whose architecture matches spec.hardware.arch.
 	ConditionNodeMatched = "NodeMatched"
+	// ConditionPolicyCompliant is true when the stored QuantumNode breaks
+	// none of today's admission policies, as qn-controller's background
+	// audit judged it (the message names every violation and the policy
+	// revision); Unknown when no policy set judges it (exempt).
+	ConditionPolicyCompliant = "PolicyCompliant"
 )
 
 // Hardware describes the machine a QuantumNode runs on.

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -17,11 +19,14 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/dirwatch"
 )
 
 func main() {
@@ -85,7 +90,19 @@ func run(ctx context.Context, opts *Options, logs io.Writer) error {
 		}
 		return fmt.Errorf("look up %s on %s: %w", qnv1alpha1.GroupVersionKind, cfg.Host, err)
 	}
-	r := &controller.Reconciler{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
+	r := &controller.Reconciler{
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		QuiescenceWindow:        opts.QuiescenceWindow,
+		MaxRequeueDelay:         opts.MaxRequeueDelay,
+	}
+	if opts.Audit {
+		engine, err := startPolicies(ctx, mgr, opts, logs)
+		if err != nil {
+			return err
+		}
+		r.Policies = engine
+		r.Audit = &controller.AuditOptions{Interval: opts.AuditInterval, Rate: opts.AuditRate, Reports: opts.PolicyReports}
+	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
@@ -106,10 +123,53 @@ func run(ctx context.Context, opts *Options, logs io.Writer) error {
 	}
 
 	logger.Info("starting qn-controller", "apiserver", cfg.Host, "leaderElect", opts.LeaderElect,
-		"metrics", opts.MetricsAddress, "probes", opts.ProbeAddress)
+		"metrics", opts.MetricsAddress, "probes", opts.ProbeAddress, "audit", opts.Audit)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run the manager: %w", err)
 	}
 	logger.Info("qn-controller stopped")
 	return nil
 }
+
+// startPolicies loads the policy set the audit judges with, from the same
+// source qn-webhook serves (the bundled set, or --policy-dir followed and
+// hot-reloaded, the last good set kept), and keeps it current on every
+// replica, so a new leader audits with the newest set at once.
+func startPolicies(ctx context.Context, mgr ctrl.Manager, opts *Options, logs io.Writer) (*policies.Engine, error) {
+	level, _ := opts.level() // checked by Validate
+	handlerOpts := &slog.HandlerOptions{Level: level}
+	slogger := slog.New(slog.NewJSONHandler(logs, handlerOpts))
+	if opts.LogFormat == "text" {
+		slogger = slog.New(slog.NewTextHandler(logs, handlerOpts))
+	}
+	metrics := policies.NewMetrics(ctrlmetrics.Registry)
+	loadOpts := policies.LoadOptions{EvalTimeout: opts.PolicyEvalTimeout}
+	source := policies.Bundled(loadOpts)
+	if opts.PolicyDir != "" {
+		if _, err := os.Stat(filepath.Join(opts.PolicyDir, policies.RolesFile)); err != nil {
+			return nil, fmt.Errorf("--policy-dir %s: %w", opts.PolicyDir, err)
+		}
+		source = policies.NewReloader(opts.PolicyDir, policies.ReloaderOptions{
+			Load: loadOpts, Watch: dirwatch.Options{PollInterval: opts.PolicyPollInterval, Logger: slogger},
+			Metrics: metrics, Logger: slogger,
+		})
+	}
+	set, err := source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	metrics.Reloaded(set.Revision, nil)
+	engine := policies.NewEngine(set, policies.EngineOptions{Metrics: metrics})
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error { return source.Run(ctx, engine) })); err != nil {
+		return nil, fmt.Errorf("add the policy watcher: %w", err)
+	}
+	return engine, nil
+}
+
+// everyReplica is a manager Runnable that runs on every replica, not only
+// the leader.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+
+func (everyReplica) NeedLeaderElection() bool { return false }

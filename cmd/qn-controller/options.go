@@ -39,6 +39,36 @@ type Options struct {
 	LogFormat string
 	// LogLevel is the lowest level logged: debug, info, warn or error.
 	LogLevel string
+
+	// KubeAPIQPS and KubeAPIBurst bound the client's request rate to the
+	// API server (client-go's token bucket).
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
+	// Audit turns the background audit on: every stored QuantumNode is
+	// judged with the admission policies (PolicyCompliant condition,
+	// Warning events, PolicyReports).
+	Audit bool
+	// PolicyDir is the policy directory qn-webhook serves (the same
+	// ConfigMap or git-sync volume), hot-reloaded; empty audits with the
+	// bundled policies.
+	PolicyDir string
+	// PolicyPollInterval re-checks PolicyDir besides file-system events.
+	PolicyPollInterval time.Duration
+	// PolicyEvalTimeout bounds one policy evaluation.
+	PolicyEvalTimeout time.Duration
+	// AuditInterval re-audits every QuantumNode periodically; 0 turns the
+	// periodic sweep off (policy changes and node changes still audit).
+	AuditInterval time.Duration
+	// AuditRate is how many QuantumNodes per second a sweep queues.
+	AuditRate float64
+	// PolicyReports keeps a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace.
+	PolicyReports bool
+	// QuiescenceWindow holds a status change until the node's generation
+	// and conditions have been still this long.
+	QuiescenceWindow time.Duration
+	// MaxRequeueDelay caps the wait for quiescence.
+	MaxRequeueDelay time.Duration
 }
 
 // LeaderElectionID names the Lease the replicas compete for.
@@ -55,6 +85,17 @@ func NewOptions(getenv func(string) string) *Options {
 		ShutdownTimeout:         30 * time.Second,
 		LogFormat:               "json",
 		LogLevel:                "info",
+		// controller-runtime's defaults, stated so the flags show them.
+		KubeAPIQPS:         20,
+		KubeAPIBurst:       30,
+		Audit:              true,
+		PolicyPollInterval: 10 * time.Second,
+		PolicyEvalTimeout:  time.Second,
+		AuditInterval:      time.Hour,
+		AuditRate:          50,
+		PolicyReports:      true,
+		QuiescenceWindow:   3 * time.Second,
+		MaxRequeueDelay:    30 * time.Second,
 	}
 }
 
@@ -75,6 +116,17 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long running reconciles may finish after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Lowest level logged: debug, info, warn or error.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second the client may send the API server (sustained).")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Requests the client may send the API server in a burst above --kube-api-qps.")
+	fs.BoolVar(&o.Audit, "audit", o.Audit, "Judge every stored QuantumNode with the admission policies: PolicyCompliant condition, Warning events, PolicyReports.")
+	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Policy directory qn-webhook serves (roles.yaml, *.rego, data.json), hot-reloaded; empty audits with the bundled policies.")
+	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events.")
+	fs.DurationVar(&o.PolicyEvalTimeout, "policy-eval-timeout", o.PolicyEvalTimeout, "Deadline of one policy evaluation.")
+	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Re-audit every QuantumNode this often; 0 only on policy and node changes.")
+	fs.Float64Var(&o.AuditRate, "audit-rate", o.AuditRate, "QuantumNodes per second a re-audit of every node queues (after a policy change or --audit-interval).")
+	fs.BoolVar(&o.PolicyReports, "policy-reports", o.PolicyReports, "Keep a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (when the cluster serves the kind).")
+	fs.DurationVar(&o.QuiescenceWindow, "quiescence-window", o.QuiescenceWindow, "Hold a status change until the QuantumNode's generation and conditions have been still this long; 0 writes at once.")
+	fs.DurationVar(&o.MaxRequeueDelay, "max-requeue-delay", o.MaxRequeueDelay, "Longest wait for a QuantumNode to become quiescent before its status is written anyway.")
 }
 
 // Validate reports the first option that cannot work, as a sentence.
@@ -89,6 +141,22 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return fmt.Errorf("--shutdown-timeout must be positive, got %s", o.ShutdownTimeout)
 	case o.LogFormat != "json" && o.LogFormat != "text":
 		return fmt.Errorf("--log-format must be json or text, got %q", o.LogFormat)
+	case o.KubeAPIQPS <= 0:
+		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS)
+	case o.KubeAPIBurst < 1:
+		return fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.KubeAPIBurst)
+	case o.PolicyPollInterval <= 0:
+		return fmt.Errorf("--policy-poll-interval must be positive, got %s", o.PolicyPollInterval)
+	case o.PolicyEvalTimeout <= 0:
+		return fmt.Errorf("--policy-eval-timeout must be positive, got %s", o.PolicyEvalTimeout)
+	case o.AuditInterval < 0:
+		return fmt.Errorf("--audit-interval must be 0 (off) or positive, got %s", o.AuditInterval)
+	case o.AuditRate <= 0:
+		return fmt.Errorf("--audit-rate must be positive, got %v", o.AuditRate)
+	case o.QuiescenceWindow < 0:
+		return fmt.Errorf("--quiescence-window must be 0 (off) or positive, got %s", o.QuiescenceWindow)
+	case o.MaxRequeueDelay <= 0 || o.MaxRequeueDelay < o.QuiescenceWindow:
+		return fmt.Errorf("--max-requeue-delay must be positive and at least --quiescence-window (%s), got %s", o.QuiescenceWindow, o.MaxRequeueDelay)
 	}
 	if _, err := o.level(); err != nil {
 		return err
@@ -133,5 +201,6 @@ func (o *Options) RESTConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("load the cluster address and credentials (--kubeconfig, $KUBECONFIG, ~/.kube/config, or a Pod's service account): %w", err)
 	}
 	cfg.UserAgent = "qn-controller"
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
 	return cfg, nil
 }

@@ -85,6 +85,37 @@ func TestFlags(t *testing.T) {
 		"a shutdown timeout of zero is refused": {
 			args: []string{"--shutdown-timeout=0s"}, wantErr: "--shutdown-timeout must be positive",
 		},
+		"the audit, quiescence and client flags land in their fields": {
+			args: []string{"--kube-api-qps=50.5", "--kube-api-burst=80", "--audit=false", "--policy-dir=/p", "--policy-poll-interval=2s",
+				"--policy-eval-timeout=500ms", "--audit-interval=0s", "--audit-rate=10", "--policy-reports=false",
+				"--quiescence-window=0s", "--max-requeue-delay=1m"},
+			check: func(t *testing.T, o *Options) {
+				if o.KubeAPIQPS != 50.5 || o.KubeAPIBurst != 80 || o.Audit || o.PolicyDir != "/p" || o.PolicyPollInterval.String() != "2s" ||
+					o.PolicyEvalTimeout.String() != "500ms" || o.AuditInterval != 0 || o.AuditRate != 10 || o.PolicyReports ||
+					o.QuiescenceWindow != 0 || o.MaxRequeueDelay.String() != "1m0s" {
+					t.Errorf("options = %+v", o)
+				}
+			},
+		},
+		"the defaults audit, hold status three seconds and cap the wait at thirty": {
+			check: func(t *testing.T, o *Options) {
+				if !o.Audit || !o.PolicyReports || o.QuiescenceWindow.String() != "3s" || o.MaxRequeueDelay.String() != "30s" || o.KubeAPIQPS != 20 || o.KubeAPIBurst != 30 {
+					t.Errorf("options = %+v", o)
+				}
+			},
+		},
+		"a client that may send nothing is refused": {
+			args: []string{"--kube-api-qps=0"}, wantErr: "--kube-api-qps must be positive",
+		},
+		"an audit rate of zero would never finish a sweep": {
+			args: []string{"--audit-rate=0"}, wantErr: "--audit-rate must be positive",
+		},
+		"a requeue cap below the quiescence window could never be met": {
+			args: []string{"--quiescence-window=10s", "--max-requeue-delay=5s"}, wantErr: "--max-requeue-delay must be positive and at least --quiescence-window (10s)",
+		},
+		"a negative audit interval is refused": {
+			args: []string{"--audit-interval=-1s"}, wantErr: "--audit-interval must be 0 (off) or positive",
+		},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

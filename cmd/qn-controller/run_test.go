@@ -111,12 +111,24 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		t.Fatalf("install the QuantumNode CRD: %v", err)
 	}
 
+	// The audit judges with a policy directory of its own: one rule that
+	// fails every QuantumNode, with a message the test looks for.
+	policyDir := t.TempDir()
+	for name, content := range map[string]string{
+		"roles.yaml": "defaultRole: default\nroles:\n  default:\n    operations: [CREATE, UPDATE, DELETE]\n    packages: [t.all]\n",
+		"all.rego":   "package t.all\n\ndeny contains \"every node fails this test policy\" if input.request.kind.kind == \"QuantumNode\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(policyDir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
 	cmd := exec.Command(os.Args[0],
 		"--kubeconfig="+kubeconfig,
 		"--metrics-bind-address="+metricsAddr,
 		"--health-probe-bind-address="+probeAddr,
 		"--leader-elect", "--leader-election-namespace=qn-system",
+		"--policy-dir="+policyDir, "--quiescence-window=0s",
 		"--log-format=text")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
 	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
@@ -200,6 +212,19 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("none among %d events", len(events.Items))
+	}))
+	eventually(t, "the audit judges the samples with --policy-dir", alive(func() error {
+		got := &qnv1alpha1.QuantumNode{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(qn), got); err != nil {
+			return err
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == qnv1alpha1.ConditionPolicyCompliant && cond.Reason == controller.ReasonPolicyViolation &&
+				strings.Contains(cond.Message, "every node fails this test policy") {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", got.Status.Conditions)
 	}))
 	lease := &coordinationv1.Lease{}
 	leaseKey := client.ObjectKey{Namespace: "qn-system", Name: LeaderElectionID}

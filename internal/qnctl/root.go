@@ -151,6 +151,7 @@ that does not load.`,
 		newEvalCommand(opts, s),
 		newTestCommand(opts, s),
 		newLintCommand(opts, s),
+		newAuditCommand(opts, s),
 		newVersionCommand(s),
 	)
 	return root

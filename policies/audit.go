@@ -1,0 +1,603 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"weak"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// Verdict is the outcome of one rule of the audit, with the values of the
+// PolicyReport format (wgpolicyk8s.io/v1alpha2), so reports copy it as is.
+type Verdict string
+
+// The verdicts of an audited rule.
+const (
+	// VerdictPass: the rule was judged and produced nothing.
+	VerdictPass Verdict = "pass"
+	// VerdictFail: a deny rule fired, or the object names an unknown role.
+	VerdictFail Verdict = "fail"
+	// VerdictWarn: a warn rule fired.
+	VerdictWarn Verdict = "warn"
+	// VerdictError: the rule could not be evaluated.
+	VerdictError Verdict = "error"
+	// VerdictSkip: every definition of the rule reads the requester or
+	// the request, which a stored object does not have.
+	VerdictSkip Verdict = "skip"
+)
+
+// RequesterFields are the parts of the policy input that only an admission
+// request has: who asks, its uid, dry run, options, time and the
+// requester's rate window. A rule whose body reads one of them (or a
+// parent of one, such as input.context as a whole) cannot be judged in the
+// background, and the audit reports it as skipped, never as passed.
+var RequesterFields = []string{
+	"input.context.uid", "input.context.user", "input.context.userUID", "input.context.groups",
+	"input.context.extra", "input.context.dryRun", "input.context.time", "input.context.window",
+	"input.request.uid", "input.request.userInfo", "input.request.dryRun", "input.request.options",
+}
+
+// AuditResult is the judgement of one stored object against the current
+// policy set, as the background audit and qnctl audit report it.
+type AuditResult struct {
+	// Revision is the policy revision the object was judged with.
+	Revision string
+	// Role is the role its qn-role annotation names (or the default role).
+	Role string
+	// Exempt names the exemption under which admission never judges the
+	// object (a namespace exemption); Rules is then empty.
+	Exempt string
+	// Rules holds one result per rule the role evaluates: for each package
+	// of the role, its deny and warn rules (the role table's own finding,
+	// an unknown role, comes as package roles.yaml, rule qn-role).
+	Rules []RuleResult
+}
+
+// RuleResult is the verdict of one rule (deny or warn) of one package.
+type RuleResult struct {
+	Package string  `json:"package"`
+	Rule    string  `json:"rule"`
+	Verdict Verdict `json:"verdict"`
+	// Messages are the entries the rule produced (fail, warn) or why it
+	// was skipped or failed to evaluate.
+	Messages []string `json:"messages,omitempty"`
+	// Skipped lists the definitions of the rule that were not judged
+	// because they read the requester, with what they read.
+	Skipped []SkippedRule `json:"skipped,omitempty"`
+}
+
+// SkippedRule is one rule definition the audit does not judge.
+type SkippedRule struct {
+	// Location is file:line of the definition.
+	Location string `json:"location"`
+	// Reads are the requester fields it reads (see RequesterFields).
+	Reads []string `json:"reads"`
+}
+
+// Compliant says that no rule failed or could not be evaluated.
+func (r AuditResult) Compliant() bool {
+	for _, rr := range r.Rules {
+		if rr.Verdict == VerdictFail || rr.Verdict == VerdictError {
+			return false
+		}
+	}
+	return true
+}
+
+// Violations are the messages of every failed rule, then of every rule
+// that could not be evaluated, in rule order.
+func (r AuditResult) Violations() []string {
+	var out []string
+	for _, v := range []Verdict{VerdictFail, VerdictError} {
+		for _, rr := range r.Rules {
+			if rr.Verdict == v {
+				out = append(out, rr.Messages...)
+			}
+		}
+	}
+	return out
+}
+
+// Count returns how many rules have verdict v.
+func (r AuditResult) Count(v Verdict) int {
+	n := 0
+	for _, rr := range r.Rules {
+		if rr.Verdict == v {
+			n++
+		}
+	}
+	return n
+}
+
+// Audit judges a stored object against the current policy set, as an UPDATE
+// of the object to itself with no requester: the same plan (role table,
+// role, packages) the webhook builds for a request, evaluated without a
+// rate window and without taking a slot. The object's role is the one its
+// qn-role annotation names, as for any UPDATE. The role table's answers
+// about the request (whether the role may UPDATE, who may place objects
+// under it) say nothing about the stored object and are not reported; an
+// unknown role is. Rules that read the requester are skipped (see
+// RequesterFields); roles in warn or dryrun mode still report their
+// denials as failures: the audit says what breaks today's rules.
+func (e *Engine) Audit(ctx context.Context, obj map[string]any) AuditResult {
+	in := auditInput(obj, time.Now())
+	p := e.Plan(in, PathValidate)
+	res := AuditResult{Revision: p.Set.Revision, Role: p.Role}
+	if p.Exempt != "" {
+		res.Exempt = p.Exempt
+		return res
+	}
+	if p.Spec == nil {
+		msg := fmt.Sprintf("annotation %s=%q names no known role", RoleAnnotation, p.Role)
+		if p.Refusal != nil {
+			msg = p.Refusal.Message
+		}
+		res.Rules = []RuleResult{{Package: RolesFile, Rule: RoleAnnotation, Verdict: VerdictFail, Messages: []string{msg}}}
+		return res
+	}
+	ap := auditPlanOf(ctx, p.Set)
+	value, err := inputValue(in, p.Facts)
+	for _, pkg := range p.Spec.Packages {
+		pa := ap.packages[pkg]
+		if pa == nil {
+			continue
+		}
+		var out rego.Result
+		evalErr := err
+		if evalErr == nil {
+			evalErr = pa.err
+		}
+		if evalErr == nil && pa.query != nil {
+			start := time.Now()
+			out, evalErr = pa.query.Eval(ctx, value)
+			e.metrics.evaluated(p.Role, time.Since(start), evalErr)
+		}
+		for _, rule := range pa.rules {
+			rr := RuleResult{Package: pkg, Rule: rule.name, Skipped: rule.skipped}
+			switch {
+			case rule.judged == 0:
+				rr.Verdict = VerdictSkip
+				rr.Messages = []string{skipMessage(rule.skipped)}
+			case evalErr != nil:
+				rr.Verdict, rr.Messages = VerdictError, []string{evalErr.Error()}
+			case rule.name == "deny" && len(out.Deny) > 0:
+				rr.Verdict, rr.Messages = VerdictFail, out.Deny
+			case rule.name == "warn" && len(out.Warn) > 0:
+				rr.Verdict, rr.Messages = VerdictWarn, out.Warn
+			default:
+				rr.Verdict = VerdictPass
+			}
+			res.Rules = append(res.Rules, rr)
+		}
+	}
+	return res
+}
+
+func skipMessage(skipped []SkippedRule) string {
+	var parts []string
+	for _, s := range skipped {
+		parts = append(parts, fmt.Sprintf("%s reads %s", s.Location, strings.Join(s.Reads, ", ")))
+	}
+	return "not judged in the background: " + strings.Join(parts, "; ") + "; only an admission request has these"
+}
+
+// auditInput is the input of an UPDATE of obj to itself, with no requester.
+func auditInput(obj map[string]any, now time.Time) *Input {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	group, version, found := strings.Cut(apiVersion, "/")
+	if !found {
+		group, version = "", apiVersion
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	namespace, _ := meta["namespace"].(string)
+	uid, _ := meta["uid"].(string)
+	// The plural is the lowercase kind plus s: true of QuantumNode, the
+	// one kind the audit judges; policies match on kind anyway.
+	resource := strings.ToLower(kind) + "s"
+	gvk := metav1.GroupVersionKind{Group: group, Version: version, Kind: kind}
+	gvr := metav1.GroupVersionResource{Group: group, Version: version, Resource: resource}
+	return &Input{
+		Request: &admissionv1.AdmissionRequest{
+			UID: types.UID(""), Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr,
+			Name: name, Namespace: namespace, Operation: admissionv1.Update,
+		},
+		Object:    obj,
+		OldObject: obj,
+		Facts: Facts{
+			Operation: string(admissionv1.Update),
+			Kind:      GroupVersionKind{Group: group, Version: version, Kind: kind},
+			Resource:  GroupVersionRes{Group: group, Version: version, Resource: resource},
+			Namespace: namespace, Name: name,
+			Labels:      stringMap(meta["labels"]),
+			Annotations: stringMap(meta["annotations"]),
+			Role:        annotationOf(obj, RoleAnnotation),
+			Groups:      []string{},
+			Time:        now,
+			// The object's uid stands in for the request's, which the
+			// audit has none of; no rule that is judged reads it.
+			UID: uid,
+		},
+	}
+}
+
+func stringMap(v any) map[string]string {
+	m, _ := v.(map[string]any)
+	out := make(map[string]string, len(m))
+	for k, x := range m {
+		if s, ok := x.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+// auditPlan is what a policy set needs for the audit, built once per set:
+// per package, its rules and which of their definitions read the requester,
+// and a query over the set compiled without those definitions.
+type auditPlan struct {
+	packages map[string]*packageAudit
+}
+
+type packageAudit struct {
+	// query evaluates the package's judged deny and warn definitions; nil
+	// when every one is skipped.
+	query *rego.Query
+	err   error
+	rules []auditedRule
+}
+
+type auditedRule struct {
+	name    string
+	judged  int
+	skipped []SkippedRule
+}
+
+// auditPlans caches each Set's audit plan while the Set lives: the key is
+// a weak pointer and a cleanup drops the entry when the Set is collected,
+// so reloads do not pile plans up.
+var auditPlans sync.Map // weak.Pointer[Set] → *auditPlanEntry
+
+type auditPlanEntry struct {
+	once sync.Once
+	plan *auditPlan
+}
+
+func auditPlanOf(ctx context.Context, s *Set) *auditPlan {
+	key := weak.Make(s)
+	v, loaded := auditPlans.LoadOrStore(key, &auditPlanEntry{})
+	entry := v.(*auditPlanEntry)
+	if !loaded {
+		runtime.AddCleanup(s, func(k weak.Pointer[Set]) { auditPlans.Delete(k) }, key)
+	}
+	// Built for the set, not for this caller: a caller's cancelled
+	// context must not leave a broken plan behind for every later audit.
+	entry.once.Do(func() { entry.plan = buildAuditPlan(context.WithoutCancel(ctx), s) })
+	return entry.plan
+}
+
+// AuditSkips lists, for every package of the set, the deny and warn rule
+// definitions the audit skips because they read the requester: what
+// qnctl audit and the docs show policy authors.
+func AuditSkips(ctx context.Context, s *Set) map[string][]SkippedRule {
+	out := map[string][]SkippedRule{}
+	for pkg, pa := range auditPlanOf(ctx, s).packages {
+		for _, r := range pa.rules {
+			if len(r.skipped) > 0 {
+				out[pkg+"."+r.name] = r.skipped
+			}
+		}
+	}
+	return out
+}
+
+func buildAuditPlan(ctx context.Context, s *Set) *auditPlan {
+	compiled := s.Compiled.Compiler().Modules
+	reads := newRequesterReads(compiled)
+	dropped := map[string]bool{}
+	plan := &auditPlan{packages: map[string]*packageAudit{}}
+	for _, path := range sortedKeys(compiled) {
+		mod := compiled[path]
+		pkg := rego.PackageName(mod)
+		for _, r := range mod.Rules {
+			name := r.Head.Ref()[0].Value.String()
+			if name != "deny" && name != "warn" {
+				continue
+			}
+			pa := plan.packages[pkg]
+			if pa == nil {
+				pa = &packageAudit{}
+				plan.packages[pkg] = pa
+			}
+			i := slices.IndexFunc(pa.rules, func(a auditedRule) bool { return a.name == name })
+			if i < 0 {
+				pa.rules = append(pa.rules, auditedRule{name: name})
+				i = len(pa.rules) - 1
+			}
+			if fields := reads.ofRule(r); len(fields) > 0 {
+				pa.rules[i].skipped = append(pa.rules[i].skipped, SkippedRule{Location: fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row), Reads: fields})
+				dropped[locationKey(r.Location)] = true
+				continue
+			}
+			pa.rules[i].judged++
+		}
+	}
+	source := s.Compiled
+	var err error
+	if len(dropped) > 0 {
+		source, err = s.Compiled.Without(func(r *ast.Rule) bool { return r.Location != nil && dropped[locationKey(r.Location)] })
+	}
+	for pkg, pa := range plan.packages {
+		slices.SortFunc(pa.rules, func(a, b auditedRule) int { return strings.Compare(a.name, b.name) })
+		if err != nil {
+			pa.err = err
+			continue
+		}
+		var judged []string
+		for _, r := range pa.rules {
+			if r.judged > 0 {
+				judged = append(judged, r.name)
+			}
+		}
+		if len(judged) > 0 {
+			pa.query, pa.err = source.Prepare(ctx, []string{pkg}, judged, 0)
+		}
+	}
+	return plan
+}
+
+// requesterReads finds which requester fields a rule reads, directly or
+// through the rules and functions it calls, in the compiled modules (where
+// every reference is resolved to its full path).
+type requesterReads struct {
+	rules []rulesAt
+	memo  map[*ast.Rule][]string
+	// active marks rules being walked, to end recursion through cycles
+	// (the compiler refuses recursion, but functions can be mutual).
+	active map[*ast.Rule]bool
+}
+
+func newRequesterReads(modules map[string]*ast.Module) *requesterReads {
+	r := &requesterReads{memo: map[*ast.Rule][]string{}, active: map[*ast.Rule]bool{}}
+	for _, mod := range modules {
+		for _, rule := range mod.Rules {
+			r.rules = append(r.rules, rulesAt{path: mod.Package.Path.Extend(rule.Head.Ref().GroundPrefix()), rule: rule})
+		}
+	}
+	return r
+}
+
+func (r *requesterReads) ofRule(rule *ast.Rule) []string {
+	if got, ok := r.memo[rule]; ok {
+		return got
+	}
+	if r.active[rule] {
+		return nil
+	}
+	r.active[rule] = true
+	found := map[string]bool{}
+	var refs []ast.Ref
+	collectRefs(rule, &refs)
+	for _, ref := range refs {
+		switch head := ref[0].Value.(type) {
+		case ast.Var:
+			if head == ast.InputRootDocument.Value {
+				for _, f := range readsOf(ref) {
+					found[f] = true
+				}
+			}
+			if head == ast.DefaultRootDocument.Value {
+				for _, callee := range r.callees(ref) {
+					if callee == rule {
+						continue
+					}
+					for _, f := range r.ofRule(callee) {
+						found[f] = true
+					}
+				}
+			}
+		}
+	}
+	if rule.Else != nil {
+		for _, f := range r.ofRule(rule.Else) {
+			found[f] = true
+		}
+	}
+	delete(r.active, rule)
+	out := make([]string, 0, len(found))
+	for f := range found {
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	r.memo[rule] = out
+	return out
+}
+
+// rulesAt is a rule with the ground prefix of the document it defines.
+type rulesAt struct {
+	path ast.Ref
+	rule *ast.Rule
+}
+
+// locationKey names a rule definition by file, row and column: the same
+// in the parsed and the compiled modules.
+func locationKey(l *ast.Location) string {
+	return fmt.Sprintf("%s:%d:%d", l.File, l.Row, l.Col)
+}
+
+// callees are the rules a data reference may evaluate: those whose path
+// starts with the reference's ground prefix, or is a prefix of it.
+func (r *requesterReads) callees(ref ast.Ref) []*ast.Rule {
+	prefix := ref.GroundPrefix()
+	var out []*ast.Rule
+	for _, at := range r.rules {
+		if at.path.HasPrefix(prefix) || prefix.HasPrefix(at.path) {
+			out = append(out, at.rule)
+		}
+	}
+	return out
+}
+
+// readsOf says which requester fields an input reference may read: those
+// it names or lies above. input.request as a whole reads every one of
+// input.request's; input.context.labels reads none.
+func readsOf(ref ast.Ref) []string {
+	path := constantPath(ref)
+	var out []string
+	for _, f := range RequesterFields {
+		fp := strings.Split(f, ".")
+		n := min(len(fp), len(path))
+		if slices.Equal(fp[:n], path[:n]) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// constantPath is the leading run of a reference's terms that are plain
+// names: input.context.labels[x] is [input context labels].
+func constantPath(ref ast.Ref) []string {
+	path := []string{string(ref[0].Value.(ast.Var))}
+	for _, t := range ref[1:] {
+		s, ok := t.Value.(ast.String)
+		if !ok {
+			break
+		}
+		path = append(path, string(s))
+	}
+	return path
+}
+
+// objectGet is object.get, whose second argument is a path into its first:
+// object.get(input.request, ["object", "spec"], {}) reads input.request.
+// object.spec, not input.request as a whole.
+var objectGet = ast.ObjectGet.Ref()
+
+// collectRefs gathers every reference a rule reads. The compiler moves a
+// reference used as an argument into a local variable first
+// (__local1__ = input.request; object.get(__local1__, ["object"], ...)), so
+// such aliases of input are followed back to what they name, and
+// object.get with a constant path reads only below its base.
+func collectRefs(rule *ast.Rule, out *[]ast.Ref) {
+	alias := map[ast.Var]ast.Ref{}
+	aliasExprs := map[*ast.Expr]bool{}
+	ast.WalkExprs(rule, func(e *ast.Expr) bool {
+		if !e.IsEquality() && !e.IsAssignment() {
+			return false
+		}
+		terms := e.Terms.([]*ast.Term)
+		a, b := terms[1], terms[2]
+		if _, ok := a.Value.(ast.Ref); ok {
+			a, b = b, a
+		}
+		v, okVar := a.Value.(ast.Var)
+		r, okRef := b.Value.(ast.Ref)
+		if okVar && okRef && r[0].Value.Compare(ast.InputRootDocument.Value) == 0 {
+			alias[v] = r
+			aliasExprs[e] = true
+		}
+		return false
+	})
+	resolve := func(r ast.Ref) ast.Ref {
+		if v, ok := r[0].Value.(ast.Var); ok {
+			if src, ok := alias[v]; ok {
+				return src.Concat(r[1:])
+			}
+		}
+		return r
+	}
+	var visit func(any) bool
+	walk := func(x any) { ast.NewGenericVisitor(visit).Walk(x) }
+	call := func(terms []*ast.Term) bool {
+		if len(terms) < 3 || terms[0].Value.Compare(objectGet) != 0 {
+			return false
+		}
+		var base ast.Ref
+		switch b := terms[1].Value.(type) {
+		case ast.Ref:
+			base = resolve(b)
+		case ast.Var:
+			src, ok := alias[b]
+			if !ok {
+				return false
+			}
+			base = src
+		default:
+			return false
+		}
+		keys, ok := constantKeys(terms[2])
+		if !ok {
+			return false
+		}
+		*out = append(*out, base.Concat(keys))
+		for _, t := range terms[3:] {
+			walk(t)
+		}
+		return true
+	}
+	visit = func(v any) bool {
+		switch v := v.(type) {
+		case *ast.Expr:
+			if aliasExprs[v] {
+				return true
+			}
+			if terms, ok := v.Terms.([]*ast.Term); ok && v.IsCall() {
+				return call(terms)
+			}
+		case ast.Call:
+			return call(v)
+		case ast.Ref:
+			*out = append(*out, resolve(v))
+			for _, t := range v[1:] {
+				walk(t)
+			}
+			return true
+		case ast.Var:
+			if src, ok := alias[v]; ok {
+				*out = append(*out, src) // the whole aliased document
+			}
+		}
+		return false
+	}
+	walk(rule)
+}
+
+// constantKeys turns object.get's key argument into reference terms: a
+// string, or an array of strings.
+func constantKeys(t *ast.Term) ([]*ast.Term, bool) {
+	switch v := t.Value.(type) {
+	case ast.String:
+		return []*ast.Term{t}, true
+	case *ast.Array:
+		keys := make([]*ast.Term, 0, v.Len())
+		for i := range v.Len() {
+			if _, ok := v.Elem(i).Value.(ast.String); !ok {
+				return nil, false
+			}
+			keys = append(keys, v.Elem(i))
+		}
+		return keys, true
+	}
+	return nil, false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
