@@ -188,7 +188,13 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 		}
 		return Result{}, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
 	}
+	return q.result(bindings)
+}
+
+// result merges the bindings of one evaluation into a Result.
+func (q *Query) result(bindings map[string]any) (Result, error) {
 	var res Result
+	var err error
 	for _, out := range q.outputs {
 		v := bindings[out.variable]
 		switch out.rule {
@@ -210,6 +216,20 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 	}
 	res.Deny, res.Warn = sortedUnique(res.Deny), sortedUnique(res.Warn)
 	return res, nil
+}
+
+// EvalReference evaluates the same query the plain way: OPA's prepared
+// query with input as a Go value (what json.Unmarshal gives), converted by
+// OPA itself. Tests hold Eval's answers equal to it.
+func (q *Query) EvalReference(ctx context.Context, input any) (Result, error) {
+	rs, err := q.prepared.Eval(ctx, oparego.EvalInput(input))
+	if err != nil {
+		return Result{}, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
+	}
+	if len(rs) != 1 {
+		return Result{}, fmt.Errorf("evaluate packages %v: expected one result, got %d", q.packages, len(rs))
+	}
+	return q.result(rs[0].Bindings)
 }
 
 // evalPrepared evaluates through rego's prepared query, which takes
