@@ -172,7 +172,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 	if p.Query == nil {
 		return rego.Result{}, p.inconsistent()
 	}
-	value, err := inputValue(in, facts)
+	value, err := policyInputValue(p.Set, in, facts)
 	if err != nil {
 		return rego.Result{}, err
 	}

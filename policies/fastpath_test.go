@@ -11,6 +11,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +23,8 @@ import (
 )
 
 // TestFastPathMatchesReferenceEvaluation holds the engine's evaluation path
-// (input built as ast.Value, topdown run directly) equal to a plain reference
+// (input built as ast.Value without what no policy reads, topdown run
+// directly) equal to a plain reference
 // evaluation of the same policies: the input document marshalled to JSON and
 // given to OPA's prepared query as a Go value. Every role's validate and
 // mutate query runs on every load fixture, every bundled fixture case and a
@@ -61,7 +63,7 @@ func TestFastPathMatchesReferenceEvaluation(t *testing.T) {
 				for _, window := range []*WindowState{nil, {Key: "user", Count: 119, Limit: 120, PeriodSeconds: 60, Remaining: 1}} {
 					facts := in.Facts
 					facts.Role, facts.Window = role, window
-					fast, fastErr := evalFast(q, in, facts)
+					fast, fastErr := evalFast(set, q, in, facts)
 					ref, refErr := evalReference(q, in, facts)
 					if (fastErr != nil) != (refErr != nil) {
 						t.Fatalf("%s, role %s: fast path error %v, reference error %v", name, role, fastErr, refErr)
@@ -80,8 +82,8 @@ func TestFastPathMatchesReferenceEvaluation(t *testing.T) {
 	t.Logf("%d evaluations identical over %d inputs", compared, len(inputs))
 }
 
-func evalFast(q *rego.Query, in *Input, facts Facts) (rego.Result, error) {
-	v, err := inputValue(in, facts)
+func evalFast(set *Set, q *rego.Query, in *Input, facts Facts) (rego.Result, error) {
+	v, err := policyInputValue(set, in, facts)
 	if err != nil {
 		return rego.Result{}, err
 	}
@@ -278,4 +280,31 @@ func requestInput(t *testing.T, req *admissionv1.AdmissionRequest) *Input {
 
 func authv1UserInfo(user string) authenticationv1.UserInfo {
 	return authenticationv1.UserInfo{Username: user, Groups: []string{"edge-ops", "system:authenticated"}}
+}
+
+func TestPolicyInputLeavesOutManagedFieldsNoPolicyReads(t *testing.T) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range loadFixtureInputs(t) {
+		full, err := inputValue(in, in.Facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		projected, err := policyInputValue(set, in, in.Facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := ast.MustParseRef("input.request.object.metadata.managedFields")[1:]
+		if _, err := full.Find(ref); err != nil {
+			t.Fatalf("%s: fixture has no managedFields to leave out", name)
+		}
+		if _, err := projected.Find(ref); err == nil {
+			t.Errorf("%s: the bundled policies read no managedFields, but the input carries them", name)
+		}
+		if in.Object["metadata"].(map[string]any)["managedFields"] == nil {
+			t.Errorf("%s: the decoded object lost its managedFields; patches and explanations read it", name)
+		}
+	}
 }
