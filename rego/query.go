@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -37,7 +38,7 @@ type PatchOp struct {
 // deny, warn and patch rules in a single pass. Safe for concurrent use.
 type Query struct {
 	packages []string
-	prepared oparego.PreparedEvalQuery
+	prepared func() (oparego.PreparedEvalQuery, error)
 	timeout  time.Duration
 	outputs  []output
 	// compiled is the same query compiled once for topdown, which Eval runs
@@ -79,20 +80,22 @@ func (c *Compiled) Prepare(ctx context.Context, packages []string, rules []strin
 		}
 	}
 	query, outputs := c.bindingQuery(packages, rules)
-	pq, err := oparego.New(
-		oparego.Query(query),
-		oparego.Compiler(c.compiler),
-		oparego.Store(c.store),
-		oparego.StrictBuiltinErrors(true),
-	).PrepareForEval(ctx)
+	cq, err := c.compileQuery(query, outputs)
 	if err != nil {
 		return nil, fmt.Errorf("prepare query for packages %v: %w", packages, err)
 	}
-	cq, err := c.compileQuery(query, outputs)
-	if err != nil {
-		return nil, fmt.Errorf("compile query for packages %v: %w", packages, err)
-	}
-	return &Query{packages: packages, prepared: pq, timeout: timeout, outputs: outputs, compiled: cq}, nil
+	// rego's prepared query serves only traced and reference evaluations;
+	// it is built on first use, so a set of many roles keeps one compiled
+	// form per query, not two.
+	prepared := sync.OnceValues(func() (oparego.PreparedEvalQuery, error) {
+		return oparego.New(
+			oparego.Query(query),
+			oparego.Compiler(c.compiler),
+			oparego.Store(c.store),
+			oparego.StrictBuiltinErrors(true),
+		).PrepareForEval(context.Background())
+	})
+	return &Query{packages: packages, prepared: prepared, timeout: timeout, outputs: outputs, compiled: cq}, nil
 }
 
 // compileQuery compiles the binding query the way rego.PrepareForEval does
@@ -222,7 +225,11 @@ func (q *Query) result(bindings map[string]any) (Result, error) {
 // query with input as a Go value (what json.Unmarshal gives), converted by
 // OPA itself. Tests hold Eval's answers equal to it.
 func (q *Query) EvalReference(ctx context.Context, input any) (Result, error) {
-	rs, err := q.prepared.Eval(ctx, oparego.EvalInput(input))
+	pq, err := q.prepared()
+	if err != nil {
+		return Result{}, fmt.Errorf("prepare query for packages %v: %w", q.packages, err)
+	}
+	rs, err := pq.Eval(ctx, oparego.EvalInput(input))
 	if err != nil {
 		return Result{}, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
 	}
@@ -236,7 +243,11 @@ func (q *Query) EvalReference(ctx context.Context, input any) (Result, error) {
 // evaluation options (a tracer for explanations).
 func (q *Query) evalPrepared(ctx context.Context, input ast.Value, opts []oparego.EvalOption) (map[string]any, error) {
 	opts = append(opts, oparego.EvalParsedInput(input))
-	rs, err := q.prepared.Eval(ctx, opts...)
+	pq, err := q.prepared()
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pq.Eval(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}
