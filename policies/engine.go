@@ -194,7 +194,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 	var res rego.Result
 	var elapsed time.Duration
 	if p.Query != nil {
-		value, err := inputValue(in, facts)
+		value, err := policyInputValue(p.Set, in, facts)
 		if err != nil {
 			return rego.Result{}, err
 		}

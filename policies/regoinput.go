@@ -61,11 +61,30 @@ type policyInput struct {
 // straight from the typed request and the objects the webhook decoded, with
 // no JSON round trip: this is the hot path of every decision.
 func inputValue(in *Input, c Facts) (ast.Value, error) {
+	return projectedInputValue(in, c, false)
+}
+
+// managedFieldsPath is where an object's field-manager bookkeeping sits in
+// the input: often most of an object's size, and read by no bundled policy.
+var managedFieldsPath = []string{"request", "object", "metadata", "managedFields"}
+
+// policyInputValue is the input a policy set's queries evaluate: without
+// metadata.managedFields of object and oldObject when no policy of the set
+// may read them (rego.Compiled.MayReadInput), which leaves every answer the
+// same and saves converting most of a real object.
+func policyInputValue(set *Set, in *Input, c Facts) (ast.Value, error) {
+	drop := set != nil && set.Compiled != nil &&
+		!set.Compiled.MayReadInput(managedFieldsPath...) &&
+		!set.Compiled.MayReadInput("request", "oldObject", "metadata", "managedFields")
+	return projectedInputValue(in, c, drop)
+}
+
+func projectedInputValue(in *Input, c Facts, dropManagedFields bool) (ast.Value, error) {
 	var request *ast.Term
 	if in.Request == nil {
 		request = ast.NullTerm()
 	} else {
-		obj, err := requestObject(in)
+		obj, err := requestObject(in, dropManagedFields)
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +96,7 @@ func inputValue(in *Input, c Facts) (ast.Value, error) {
 	), nil
 }
 
-func requestObject(in *Input) (ast.Object, error) {
+func requestObject(in *Input, dropManagedFields bool) (ast.Object, error) {
 	r := in.Request
 	o := ast.NewObject(
 		strItem(keyUid, string(r.UID)),
@@ -101,7 +120,11 @@ func requestObject(in *Input) (ast.Object, error) {
 		raw     runtime.RawExtension
 		decoded map[string]any
 	}{{keyObject, r.Object, in.Object}, {keyOldObject, r.OldObject, in.OldObject}, {keyOptions, r.Options, nil}} {
-		term, err := objectTerm(f.key, f.raw, f.decoded)
+		decoded := f.decoded
+		if dropManagedFields {
+			decoded = withoutManagedFields(decoded)
+		}
+		term, err := objectTerm(f.key, f.raw, decoded)
 		if err != nil {
 			return nil, err
 		}
@@ -131,6 +154,30 @@ func objectTerm(key *ast.Term, raw runtime.RawExtension, decoded map[string]any)
 		return nil, fmt.Errorf("parse request.%v for policies: %w", key, err)
 	}
 	return ast.NewTerm(v), nil
+}
+
+// withoutManagedFields is obj without metadata.managedFields: a copy of the
+// two maps on the way, the rest shared.
+func withoutManagedFields(obj map[string]any) map[string]any {
+	meta, ok := obj["metadata"].(map[string]any)
+	if !ok {
+		return obj
+	}
+	if _, has := meta["managedFields"]; !has {
+		return obj
+	}
+	m := make(map[string]any, len(meta))
+	for k, v := range meta {
+		if k != "managedFields" {
+			m[k] = v
+		}
+	}
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		out[k] = v
+	}
+	out["metadata"] = m
+	return out
 }
 
 func userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {

@@ -43,6 +43,7 @@ type Compiled struct {
 	modules  map[string]*ast.Module
 	packages map[string]bool
 	opts     CompileOptions
+	reads    *inputReads
 }
 
 // Capabilities returns the OPA capabilities a policy set is compiled against.
@@ -103,6 +104,7 @@ func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compi
 		modules:  parsed,
 		packages: packages,
 		opts:     opts,
+		reads:    analyseInputReads(parsed),
 	}, nil
 }
 
@@ -124,6 +126,12 @@ func (c *Compiled) Packages() []string {
 	sort.Strings(out)
 	return out
 }
+
+// MayReadInput reports whether any policy of the set may read the input
+// document at path (input.request.object.metadata.managedFields is
+// ["request", "object", "metadata", "managedFields"]) or anything under it.
+// False means every policy's answer is the same without it.
+func (c *Compiled) MayReadInput(path ...string) bool { return c.reads.mayRead(path) }
 
 // Compiler exposes the compiled set, for the Rego test runner.
 func (c *Compiled) Compiler() *ast.Compiler { return c.compiler }

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	oparego "github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
@@ -36,9 +38,23 @@ type PatchOp struct {
 // deny, warn and patch rules in a single pass. Safe for concurrent use.
 type Query struct {
 	packages []string
-	prepared oparego.PreparedEvalQuery
+	prepared func() (oparego.PreparedEvalQuery, error)
 	timeout  time.Duration
 	outputs  []output
+	// compiled is the same query compiled once for topdown, which Eval runs
+	// directly: no per-evaluation metrics, result set or cancel goroutine.
+	compiled *compiledQuery
+}
+
+// compiledQuery is a query compiled against the policy set, with what a
+// direct topdown evaluation needs.
+type compiledQuery struct {
+	body     ast.Body
+	compiler *ast.Compiler
+	queryC   ast.QueryCompiler
+	store    storage.Store
+	// vars maps each output variable to its name after query rewriting.
+	vars map[string]ast.Var
 }
 
 // ErrEvalTimeout is returned when an evaluation exceeds its deadline.
@@ -64,16 +80,46 @@ func (c *Compiled) Prepare(ctx context.Context, packages []string, rules []strin
 		}
 	}
 	query, outputs := c.bindingQuery(packages, rules)
-	pq, err := oparego.New(
-		oparego.Query(query),
-		oparego.Compiler(c.compiler),
-		oparego.Store(c.store),
-		oparego.StrictBuiltinErrors(true),
-	).PrepareForEval(ctx)
+	cq, err := c.compileQuery(query, outputs)
 	if err != nil {
 		return nil, fmt.Errorf("prepare query for packages %v: %w", packages, err)
 	}
-	return &Query{packages: packages, prepared: pq, timeout: timeout, outputs: outputs}, nil
+	// rego's prepared query serves only traced and reference evaluations;
+	// it is built on first use, so a set of many roles keeps one compiled
+	// form per query, not two.
+	prepared := sync.OnceValues(func() (oparego.PreparedEvalQuery, error) {
+		return oparego.New(
+			oparego.Query(query),
+			oparego.Compiler(c.compiler),
+			oparego.Store(c.store),
+			oparego.StrictBuiltinErrors(true),
+		).PrepareForEval(context.Background())
+	})
+	return &Query{packages: packages, prepared: prepared, timeout: timeout, outputs: outputs, compiled: cq}, nil
+}
+
+// compileQuery compiles the binding query the way rego.PrepareForEval does
+// and records the rewritten name of each output variable.
+func (c *Compiled) compileQuery(query string, outputs []output) (*compiledQuery, error) {
+	parsed, err := ast.ParseBodyWithOpts(query, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if err != nil {
+		return nil, err
+	}
+	qc := c.compiler.QueryCompiler()
+	body, err := qc.Compile(parsed)
+	if err != nil {
+		return nil, err
+	}
+	vars := make(map[string]ast.Var, len(outputs))
+	for _, out := range outputs {
+		vars[out.variable] = ast.Var(out.variable)
+	}
+	for rewritten, original := range qc.RewrittenVars() {
+		if _, ok := vars[string(original)]; ok {
+			vars[string(original)] = rewritten
+		}
+	}
+	return &compiledQuery{body: body, compiler: c.compiler, queryC: qc, store: c.store, vars: vars}, nil
 }
 
 // output is one binding of the prepared query: which rule of which package.
@@ -132,20 +178,28 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 		ctx, cancel = context.WithTimeout(ctx, q.timeout)
 		defer cancel()
 	}
-	opts = append(opts, oparego.EvalParsedInput(input))
-	rs, err := q.prepared.Eval(ctx, opts...)
+	var bindings map[string]any
+	var err error
+	if len(opts) == 0 {
+		bindings, err = q.evalDirect(ctx, input)
+	} else {
+		bindings, err = q.evalPrepared(ctx, input, opts)
+	}
 	if err != nil {
 		if topdown.IsCancel(err) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return Result{}, fmt.Errorf("%w (%s): %v", ErrEvalTimeout, q.timeout, err)
 		}
 		return Result{}, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
 	}
-	if len(rs) != 1 {
-		return Result{}, fmt.Errorf("evaluate packages %v: expected one result, got %d", q.packages, len(rs))
-	}
+	return q.result(bindings)
+}
+
+// result merges the bindings of one evaluation into a Result.
+func (q *Query) result(bindings map[string]any) (Result, error) {
 	var res Result
+	var err error
 	for _, out := range q.outputs {
-		v := rs[0].Bindings[out.variable]
+		v := bindings[out.variable]
 		switch out.rule {
 		case "deny":
 			if res.Deny, err = appendMessages(res.Deny, v, "deny"); err != nil {
@@ -165,6 +219,93 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 	}
 	res.Deny, res.Warn = sortedUnique(res.Deny), sortedUnique(res.Warn)
 	return res, nil
+}
+
+// EvalReference evaluates the same query the plain way: OPA's prepared
+// query with input as a Go value (what json.Unmarshal gives), converted by
+// OPA itself. Tests hold Eval's answers equal to it.
+func (q *Query) EvalReference(ctx context.Context, input any) (Result, error) {
+	pq, err := q.prepared()
+	if err != nil {
+		return Result{}, fmt.Errorf("prepare query for packages %v: %w", q.packages, err)
+	}
+	rs, err := pq.Eval(ctx, oparego.EvalInput(input))
+	if err != nil {
+		return Result{}, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
+	}
+	if len(rs) != 1 {
+		return Result{}, fmt.Errorf("evaluate packages %v: expected one result, got %d", q.packages, len(rs))
+	}
+	return q.result(rs[0].Bindings)
+}
+
+// evalPrepared evaluates through rego's prepared query, which takes
+// evaluation options (a tracer for explanations).
+func (q *Query) evalPrepared(ctx context.Context, input ast.Value, opts []oparego.EvalOption) (map[string]any, error) {
+	opts = append(opts, oparego.EvalParsedInput(input))
+	pq, err := q.prepared()
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pq.Eval(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) != 1 {
+		return nil, fmt.Errorf("expected one result, got %d", len(rs))
+	}
+	return rs[0].Bindings, nil
+}
+
+// evalDirect evaluates the compiled query with topdown, as rego's prepared
+// query does with the same options (strict built-in errors, indexing,
+// early exit), without its per-evaluation bookkeeping. Cancellation rides
+// on context.AfterFunc instead of a goroutine per evaluation.
+func (q *Query) evalDirect(ctx context.Context, input ast.Value) (map[string]any, error) {
+	cq := q.compiled
+	txn, err := cq.store.NewTransaction(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cq.store.Abort(ctx, txn)
+	cancel := topdown.NewCancel()
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	defer stop()
+	tq := topdown.NewQuery(cq.body).
+		WithQueryCompiler(cq.queryC).
+		WithCompiler(cq.compiler).
+		WithStore(cq.store).
+		WithTransaction(txn).
+		WithIndexing(true).
+		WithEarlyExit(true).
+		WithStrictBuiltinErrors(true).
+		WithCancel(cancel).
+		WithInput(ast.NewTerm(input))
+	var bindings map[string]any
+	results := 0
+	err = tq.Iter(ctx, func(qr topdown.QueryResult) error {
+		results++
+		bindings = make(map[string]any, len(q.outputs))
+		for _, out := range q.outputs {
+			term, ok := qr[cq.vars[out.variable]]
+			if !ok {
+				continue
+			}
+			v, err := ast.JSON(term.Value)
+			if err != nil {
+				return err
+			}
+			bindings[out.variable] = v
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if results != 1 {
+		return nil, fmt.Errorf("expected one result, got %d", results)
+	}
+	return bindings, nil
 }
 
 // sortedUnique makes the union of several packages' sets a set again, in

@@ -1,0 +1,310 @@
+package policies
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// TestFastPathMatchesReferenceEvaluation holds the engine's evaluation path
+// (input built as ast.Value without what no policy reads, topdown run
+// directly) equal to a plain reference
+// evaluation of the same policies: the input document marshalled to JSON and
+// given to OPA's prepared query as a Go value. Every role's validate and
+// mutate query runs on every load fixture, every bundled fixture case and a
+// seeded corpus of generated QuantumNodes, with and without a window state.
+func TestFastPathMatchesReferenceEvaluation(t *testing.T) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs := map[string]*Input{}
+	for name, in := range loadFixtureInputs(t) {
+		inputs[name] = in
+	}
+	for name, in := range bundledCaseInputs(t) {
+		inputs[name] = in
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	for i := 0; i < 300; i++ {
+		inputs[fmt.Sprintf("generated QuantumNode %d", i)] = generatedInput(t, rng)
+	}
+	if len(inputs) < 330 {
+		t.Fatalf("only %d inputs; the fixtures were not found", len(inputs))
+	}
+	roles := make([]string, 0, len(set.validate))
+	for role := range set.validate {
+		roles = append(roles, role)
+	}
+	sort.Strings(roles)
+	compared := 0
+	for name, in := range inputs {
+		for _, role := range roles {
+			for _, q := range []*rego.Query{set.validate[role], set.mutate[role]} {
+				if q == nil {
+					continue
+				}
+				for _, window := range []*WindowState{nil, {Key: "user", Count: 119, Limit: 120, PeriodSeconds: 60, Remaining: 1}} {
+					facts := in.Facts
+					facts.Role, facts.Window = role, window
+					fast, fastErr := evalFast(set, q, in, facts)
+					ref, refErr := evalReference(q, in, facts)
+					if (fastErr != nil) != (refErr != nil) {
+						t.Fatalf("%s, role %s: fast path error %v, reference error %v", name, role, fastErr, refErr)
+					}
+					if fastErr != nil {
+						continue
+					}
+					if !reflect.DeepEqual(fast, ref) {
+						t.Fatalf("%s, role %s, window %v: fast path %+v, reference %+v", name, role, window, fast, ref)
+					}
+					compared++
+				}
+			}
+		}
+	}
+	t.Logf("%d evaluations identical over %d inputs", compared, len(inputs))
+}
+
+func evalFast(set *Set, q *rego.Query, in *Input, facts Facts) (rego.Result, error) {
+	v, err := policyInputValue(set, in, facts)
+	if err != nil {
+		return rego.Result{}, err
+	}
+	return q.Eval(context.Background(), v)
+}
+
+func evalReference(q *rego.Query, in *Input, facts Facts) (rego.Result, error) {
+	doc, err := json.Marshal(policyInput{Request: in.Request, Facts: facts})
+	if err != nil {
+		return rego.Result{}, err
+	}
+	var input any
+	if err := json.Unmarshal(doc, &input); err != nil {
+		return rego.Result{}, err
+	}
+	return q.EvalReference(context.Background(), input)
+}
+
+// loadFixtureInputs reads the load suite's AdmissionReviews.
+func loadFixtureInputs(t *testing.T) map[string]*Input {
+	files, err := filepath.Glob("../test/load/testdata/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no load fixtures: %v", err)
+	}
+	out := map[string]*Input{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(data, &review); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[filepath.Base(f)] = requestInput(t, review.Request)
+	}
+	return out
+}
+
+// bundledCaseInputs turns every case of the bundled fixture files into a
+// request: CREATE for a case with only an object, UPDATE with an oldObject.
+func bundledCaseInputs(t *testing.T) map[string]*Input {
+	files, err := filepath.Glob("../test/fixtures/bundled/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no bundled fixtures: %v", err)
+	}
+	out := map[string]*Input{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file struct {
+			Cases []struct {
+				Name      string          `json:"name"`
+				Operation string          `json:"operation"`
+				User      string          `json:"user"`
+				Object    json.RawMessage `json:"object"`
+				OldObject json.RawMessage `json:"oldObject"`
+			} `json:"cases"`
+		}
+		if err := yaml.Unmarshal(data, &file); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, c := range file.Cases {
+			op := admissionv1.Operation(c.Operation)
+			if op == "" {
+				op = admissionv1.Create
+				if len(c.OldObject) > 0 {
+					op = admissionv1.Update
+				}
+			}
+			req := quantumNodeRequest(op, orDefault(c.User, "alice"), c.Object, c.OldObject)
+			out[filepath.Base(f)+": "+c.Name] = requestInput(t, req)
+		}
+	}
+	return out
+}
+
+// generatedInput is a random QuantumNode request: zones, roles, latency
+// budgets, architectures and services drawn from values the policies judge
+// and values they do not.
+func generatedInput(t *testing.T, rng *rand.Rand) *Input {
+	pick := func(list ...string) string { return list[rng.IntN(len(list))] }
+	labels := map[string]any{}
+	if rng.IntN(4) > 0 {
+		labels["topology.kubernetes.io/zone"] = pick("cn-shanghai", "cn-beijing", "eu-west", "us-east", "")
+	}
+	if rng.IntN(3) == 0 {
+		labels["qn.dev/managed-by"] = pick("qn-admission", "someone-else")
+	}
+	annotations := map[string]any{}
+	if role := pick("realtime", "batch", "default", "unknown", ""); role != "" {
+		annotations[RoleAnnotation] = role
+	}
+	if rng.IntN(4) > 0 {
+		annotations["qn.dev/latency-budget-ms"] = pick("5", "20", "49", "50", "500", "fast", "-1", "1e2")
+	}
+	services := []any{}
+	for i := rng.IntN(6); i > 0; i-- {
+		svc := map[string]any{"name": pick("mqtt", "metrics", "ota", "ssh", "", "mqtt")}
+		if rng.IntN(8) > 0 {
+			svc["port"] = []any{8883, 9100, 8443, 22, 0, 70000, 443}[rng.IntN(7)]
+		}
+		services = append(services, svc)
+	}
+	spec := map[string]any{"services": services}
+	if rng.IntN(6) > 0 {
+		spec["hardware"] = map[string]any{"arch": pick("arm64", "amd64", "riscv64", "")}
+	}
+	if rng.IntN(3) == 0 {
+		spec["replicas"] = rng.IntN(20)
+	}
+	obj := map[string]any{
+		"apiVersion": "qn.dev/v1alpha1", "kind": "QuantumNode",
+		"metadata": map[string]any{"name": fmt.Sprintf("node-%d", rng.IntN(100)), "namespace": "edge", "labels": labels, "annotations": annotations},
+		"spec":     spec,
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := admissionv1.Operation(pick("CREATE", "UPDATE", "DELETE"))
+	var object, old json.RawMessage
+	switch op {
+	case admissionv1.Create:
+		object = raw
+	case admissionv1.Update:
+		object, old = raw, raw
+	case admissionv1.Delete:
+		old = raw
+	}
+	return requestInput(t, quantumNodeRequest(op, pick("alice", "bob", "system:serviceaccount:kube-system:gc"), object, old))
+}
+
+func quantumNodeRequest(op admissionv1.Operation, user string, object, oldObject []byte) *admissionv1.AdmissionRequest {
+	dryRun := false
+	return &admissionv1.AdmissionRequest{
+		UID:       "u-1",
+		Kind:      metav1.GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"},
+		Resource:  metav1.GroupVersionResource{Group: "qn.dev", Version: "v1alpha1", Resource: "quantumnodes"},
+		Name:      "edge-1",
+		Namespace: "edge",
+		Operation: op,
+		UserInfo:  authv1UserInfo(user),
+		Object:    runtime.RawExtension{Raw: object},
+		OldObject: runtime.RawExtension{Raw: oldObject},
+		DryRun:    &dryRun,
+	}
+}
+
+// requestInput decodes the objects as the webhook does (sigs.k8s.io/json,
+// integers as int64) and fills the facts the policies read.
+func requestInput(t *testing.T, req *admissionv1.AdmissionRequest) *Input {
+	in := &Input{Request: req}
+	decode := func(raw []byte) map[string]any {
+		if len(raw) == 0 {
+			return nil
+		}
+		var m map[string]any
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	in.Object, in.OldObject = decode(req.Object.Raw), decode(req.OldObject.Raw)
+	meta := in.Object
+	if meta == nil {
+		meta = in.OldObject
+	}
+	strings := func(field string) map[string]string {
+		out := map[string]string{}
+		md, _ := meta["metadata"].(map[string]any)
+		m, _ := md[field].(map[string]any)
+		for k, v := range m {
+			out[k], _ = v.(string)
+		}
+		return out
+	}
+	groups := req.UserInfo.Groups
+	if groups == nil {
+		groups = []string{}
+	}
+	in.Facts = Facts{
+		UID: string(req.UID), User: req.UserInfo.Username, Groups: groups, Operation: string(req.Operation),
+		Kind:      GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
+		Resource:  GroupVersionRes{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
+		Namespace: req.Namespace, Name: req.Name, Labels: strings("labels"), Annotations: strings("annotations"),
+		DryRun: req.DryRun != nil && *req.DryRun, Time: t0,
+	}
+	in.Facts.Role = in.Facts.Annotations[RoleAnnotation]
+	return in
+}
+
+func authv1UserInfo(user string) authenticationv1.UserInfo {
+	return authenticationv1.UserInfo{Username: user, Groups: []string{"edge-ops", "system:authenticated"}}
+}
+
+func TestPolicyInputLeavesOutManagedFieldsNoPolicyReads(t *testing.T) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range loadFixtureInputs(t) {
+		full, err := inputValue(in, in.Facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		projected, err := policyInputValue(set, in, in.Facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := ast.MustParseRef("input.request.object.metadata.managedFields")[1:]
+		if _, err := full.Find(ref); err != nil {
+			t.Fatalf("%s: fixture has no managedFields to leave out", name)
+		}
+		if _, err := projected.Find(ref); err == nil {
+			t.Errorf("%s: the bundled policies read no managedFields, but the input carries them", name)
+		}
+		if in.Object["metadata"].(map[string]any)["managedFields"] == nil {
+			t.Errorf("%s: the decoded object lost its managedFields; patches and explanations read it", name)
+		}
+	}
+}

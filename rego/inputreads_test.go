@@ -1,0 +1,47 @@
+package rego
+
+import "testing"
+
+var managedFields = []string{"request", "object", "metadata", "managedFields"}
+
+func TestMayReadInput(t *testing.T) {
+	cases := map[string]struct {
+		source string
+		want   bool
+	}{
+		"a rule reading labels leaves managedFields unread": {
+			"package p\ndeny contains \"x\" if input.request.object.metadata.labels.team == \"a\"\n", false},
+		"object.get with a constant path reads only that path": {
+			"package p\nspec := object.get(input.request, [\"object\", \"spec\"], {})\ndeny contains \"x\" if spec.a\n", false},
+		"a with modifier replaces input and reads nothing": {
+			"package p\nallow if input.x\ntest_a if allow with input as {\"x\": true}\n", false},
+		"a rule reading managedFields reads it": {
+			"package p\ndeny contains \"x\" if count(input.request.object.metadata.managedFields) > 3\n", true},
+		"a variable key under metadata may read managedFields": {
+			"package p\ndeny contains k if input.request.object.metadata[k]\n", true},
+		"the whole object passed to a function may be read": {
+			"package p\nf(o) := o.metadata.managedFields\ndeny contains \"x\" if f(input.request.object)\n", true},
+		"the whole input bound to a variable may be read": {
+			"package p\ndeny contains \"x\" if { i := input; i.request.object.metadata.managedFields }\n", true},
+		"object.get with a computed path may read anything under its object": {
+			"package p\nk := \"managedFields\"\ndeny contains \"x\" if object.get(input.request.object.metadata, k, null)\n", true},
+		"an import of input counts as a read of its subtree": {
+			"package p\nimport input.request as req\ndeny contains \"x\" if req.object.metadata.managedFields\n", true},
+		"walk over the object may read managedFields": {
+			"package p\ndeny contains \"x\" if { walk(input.request, [p, v]); v == \"x\" }\n", true},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			compiled, err := Compile([]Module{{Path: "p.rego", Source: c.source}}, nil, CompileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := compiled.MayReadInput(managedFields...); got != c.want {
+				t.Errorf("MayReadInput(managedFields) = %v, want %v (prefixes %v)", got, c.want, compiled.reads.prefixes)
+			}
+		})
+	}
+	if compileBundled(t).MayReadInput(managedFields...) {
+		t.Error("the bundled policies read no managedFields, but the analysis says they may")
+	}
+}
