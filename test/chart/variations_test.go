@@ -56,8 +56,8 @@ var variations = map[string]struct {
 	"a NetworkPolicy admits only the API server's sources to the admission port": {
 		values: "webhook: {networkPolicy: {enabled: true, apiServer: {cidrs: [10.0.0.10/32], peers: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}}]}}}",
 		check: func(t *testing.T, rel *Release) {
-			if k := rel.Kinds(); k["NetworkPolicy"] != 1 {
-				t.Errorf("want one NetworkPolicy, got %v", k)
+			if rel.Find("NetworkPolicy", webhookName) == nil {
+				t.Errorf("want the webhook's NetworkPolicy, got %v", rel.Kinds())
 			}
 		},
 	},
