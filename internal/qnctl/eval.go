@@ -254,6 +254,23 @@ func runEval(ctx context.Context, opts *Options, o *evalOptions, file string, ch
 	return nil
 }
 
+// writeStructured prints v as indented JSON, or as YAML for -o yaml.
+func writeStructured(w io.Writer, v any, output string) error {
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if output == outputYAML {
+		if js, err = yaml.JSONToYAML(js); err != nil {
+			return err
+		}
+		_, err = w.Write(js)
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", js)
+	return err
+}
+
 // writeEvals prints one answer, or, for several objects, each under the
 // name of where it stands and a count at the end (text), or all of them as
 // one list (json, yaml).
@@ -271,19 +288,7 @@ func writeEvals(w io.Writer, p *policySet, outs []*outcome, o *evalOptions) erro
 			}
 			docs = append(docs, map[string]any{"source": out.Source, "result": doc})
 		}
-		js, err := json.MarshalIndent(docs, "", "  ")
-		if err != nil {
-			return err
-		}
-		if o.Output == outputYAML {
-			if js, err = yaml.JSONToYAML(js); err != nil {
-				return err
-			}
-			_, err = w.Write(js)
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", js)
-		return err
+		return writeStructured(w, docs, o.Output)
 	case outputReview:
 		for _, out := range outs {
 			if err := writeEval(w, p, out, o); err != nil {
@@ -337,19 +342,7 @@ func writeEval(w io.Writer, p *policySet, out *outcome, o *evalOptions) error {
 		if err != nil {
 			return err
 		}
-		js, err := json.MarshalIndent(doc, "", "  ")
-		if err != nil {
-			return err
-		}
-		if o.Output == outputYAML {
-			if js, err = yaml.JSONToYAML(js); err != nil {
-				return err
-			}
-			_, err = w.Write(js)
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", js)
-		return err
+		return writeStructured(w, doc, o.Output)
 	default:
 		return writeEvalText(w, p, out, o)
 	}
