@@ -315,12 +315,15 @@ func impersonating(t *testing.T, user string, groups ...string) dynamic.Interfac
 	return dyn
 }
 
-// waitForReload waits until /readyz?verbose satisfies done: the policy
-// directory was reloaded.
-func waitForReload(t *testing.T, done func(ready string) bool) {
+// waitForReload waits until the policies line of /readyz?verbose
+// satisfies done (the policy directory was reloaded, or a broken change
+// reported) and returns the whole page.
+func waitForReload(t *testing.T, done func(ready string) bool) string {
 	t.Helper()
+	var ready string
 	err := Eventually(context.Background(), 20*time.Second, func() error {
-		ready, err := webhook.Readiness()
+		var err error
+		ready, err = webhook.Readiness()
 		if err != nil || !done(policiesCheck(ready)) {
 			return fmt.Errorf("not reloaded yet: %v %s", err, ready)
 		}
@@ -329,6 +332,7 @@ func waitForReload(t *testing.T, done func(ready string) bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ready
 }
 
 // policiesCheck is the policies line of /readyz?verbose: other checks

@@ -40,17 +40,9 @@ func TestBatchRoleJudgedByAPatternPolicy(t *testing.T) {
 	if err := os.WriteFile(brokenFile, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var ready string
-	err = Eventually(ctx, 20*time.Second, func() error {
-		ready, err = webhook.Readiness()
-		if err != nil || !strings.Contains(ready, "broken.pattern.yaml:7: validate.pattern.metadata.labels.+(priority): +() (add if not present) is a mutate anchor") {
-			return fmt.Errorf("the broken pattern file is not reported yet: %v %s", err, ready)
-		}
-		return nil
+	waitForReload(t, func(ready string) bool {
+		return strings.Contains(ready, "broken.pattern.yaml:7: validate.pattern.metadata.labels.+(priority): +() (add if not present) is a mutate anchor")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := batchDeniedWith(ctx, "batch-pattern-broken", "(found priority=high)"); err != nil {
 		t.Fatalf("the last good set (Rego) keeps judging batch: %v", err)
 	}

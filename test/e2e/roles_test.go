@@ -58,17 +58,7 @@ func TestHotReloadSwitchesARoleToWarn(t *testing.T) {
 	if err := os.WriteFile(rolesFile, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var ready string
-	err = Eventually(ctx, 20*time.Second, func() error {
-		ready, err = webhook.Readiness()
-		if err != nil || !strings.Contains(ready, "failed and was not applied") {
-			return fmt.Errorf("reload failure not reported yet: %v %s", err, ready)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ready := waitForReload(t, func(ready string) bool { return strings.Contains(ready, "failed and was not applied") })
 	if !strings.Contains(ready, `roles.batch.window.period: "sixty" is not a positive duration`) || !strings.Contains(ready, "roles.yaml:") || !strings.Contains(ready, "\nok\n") {
 		t.Fatalf("/readyz?verbose should stay ready and name the file, line and field:\n%s", ready)
 	}
