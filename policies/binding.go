@@ -66,7 +66,7 @@ func (t *RoleTable) bind(in *Input) binding {
 	}
 	switch f.Operation {
 	case "UPDATE", "DELETE":
-		if in.OldObject == nil {
+		if !in.hasOldObject() {
 			d := BadRequest(fmt.Sprintf("request.oldObject is missing: a %s must carry the stored object, whose qn-role annotation decides the role that judges it", f.Operation))
 			return binding{refusal: &d}
 		}
@@ -113,7 +113,7 @@ func (t *RoleTable) bindNew(f Facts, annotated string, fromAnnotation bool) bind
 // requester.
 func (t *RoleTable) bindUpdate(in *Input) binding {
 	f := in.Facts
-	storedAnnotated := annotationOf(in.OldObject, RoleAnnotation)
+	storedAnnotated := in.oldAnnotation(RoleAnnotation)
 	stored := t.roleName(storedAnnotated)
 	storedRole, storedKnown := t.Roles[stored]
 	if storedKnown {
@@ -153,7 +153,7 @@ func (t *RoleTable) bindUpdate(in *Input) binding {
 // operations, or the requester in its delete list.
 func (t *RoleTable) bindDelete(in *Input) binding {
 	f := in.Facts
-	annotated := annotationOf(in.OldObject, RoleAnnotation)
+	annotated := in.oldAnnotation(RoleAnnotation)
 	name := t.roleName(annotated)
 	b := binding{role: name, stored: name, fromAnnotation: annotated != ""}
 	role, ok := t.Roles[name]

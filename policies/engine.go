@@ -166,6 +166,11 @@ func (e *Engine) mutate(ctx context.Context, p *Plan, in *Input) Decision {
 	if p.Spec.Enforcement == EnforceDryRun {
 		return d
 	}
+	if len(res.Patch) > 0 {
+		if err := in.goObjects(); err != nil {
+			return v.failed(err)
+		}
+	}
 	patch, ops, err := diffPatch(in.Object, res.Patch)
 	if err != nil {
 		return v.failed(err)
@@ -207,6 +212,9 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 		}
 	}
 	if len(p.Patterns) > 0 {
+		if err := in.goObjects(); err != nil {
+			return rego.Result{}, err
+		}
 		start := time.Now()
 		judgePatterns(p.Patterns, in, &res)
 		elapsed += time.Since(start)

@@ -117,7 +117,10 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 		x.Result, x.Trace, x.Err = p.Query.EvalTraced(ctx, value)
 		x.Firings = rego.Firings(x.Trace)
 	}
-	if x.Err == nil {
+	if x.Err == nil && len(p.Patterns) > 0 {
+		if err := in.goObjects(); err != nil {
+			return nil, err
+		}
 		x.Patterns = explainPatterns(p.Patterns, in)
 	}
 	return x, nil

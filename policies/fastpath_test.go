@@ -17,8 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "sigs.k8s.io/json"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -55,6 +58,7 @@ func TestFastPathMatchesReferenceEvaluation(t *testing.T) {
 	sort.Strings(roles)
 	compared := 0
 	for name, in := range inputs {
+		decodedOnce := valueForm(t, in)
 		for _, role := range roles {
 			for _, q := range []*rego.Query{set.validate[role], set.mutate[role]} {
 				if q == nil {
@@ -74,7 +78,12 @@ func TestFastPathMatchesReferenceEvaluation(t *testing.T) {
 					if !reflect.DeepEqual(fast, ref) {
 						t.Fatalf("%s, role %s, window %v: fast path %+v, reference %+v", name, role, window, fast, ref)
 					}
-					compared++
+					// The webhook's form: objects decoded once, straight to Rego values.
+					once, onceErr := evalFast(set, q, decodedOnce, facts)
+					if onceErr != nil || !reflect.DeepEqual(once, ref) {
+						t.Fatalf("%s, role %s, window %v: one-pass input %+v (error %v), reference %+v", name, role, window, once, onceErr, ref)
+					}
+					compared += 2
 				}
 			}
 		}
@@ -100,6 +109,27 @@ func evalReference(q *rego.Query, in *Input, facts Facts) (rego.Result, error) {
 		return rego.Result{}, err
 	}
 	return q.EvalReference(context.Background(), input)
+}
+
+// valueForm is in as the webhook builds it: the objects decoded from the
+// request's bytes by internal/astjson, without Go maps.
+func valueForm(t *testing.T, in *Input) *Input {
+	out := *in
+	out.Object, out.OldObject = nil, nil
+	for _, f := range []struct {
+		raw []byte
+		to  *ast.Value
+	}{{in.Request.Object.Raw, &out.ObjectValue}, {in.Request.OldObject.Raw, &out.OldObjectValue}} {
+		if len(f.raw) == 0 {
+			continue
+		}
+		v, err := astjson.Decode(f.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*f.to = v
+	}
+	return &out
 }
 
 // loadFixtureInputs reads the load suite's AdmissionReviews.
@@ -307,4 +337,48 @@ func TestPolicyInputLeavesOutManagedFieldsNoPolicyReads(t *testing.T) {
 			t.Errorf("%s: the decoded object lost its managedFields; patches and explanations read it", name)
 		}
 	}
+}
+
+// TestEngineDecidesAlikeOnDecodedValues holds the engine's whole answer
+// (role binding, pattern policies, patches) the same whether the objects
+// arrive as Go maps or, as from the webhook, as Rego values decoded once.
+func TestEngineDecidesAlikeOnDecodedValues(t *testing.T) {
+	sets := map[string]*Set{}
+	bundled, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets["bundled"] = bundled
+	patterns, err := Load(context.Background(), os.DirFS("../internal/qnctl/testdata/patterns"), LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets["patterns"] = patterns
+	inputs := loadFixtureInputs(t)
+	for name, in := range bundledCaseInputs(t) {
+		inputs[name] = in
+	}
+	compared := 0
+	for setName, set := range sets {
+		maps := NewEngine(set, EngineOptions{Windows: window.NewMemoryStore(clocktesting.NewFakePassiveClock(t0), window.MemoryOptions{})})
+		values := NewEngine(set, EngineOptions{Windows: window.NewMemoryStore(clocktesting.NewFakePassiveClock(t0), window.MemoryOptions{})})
+		for name, in := range inputs {
+			for _, path := range []Path{PathValidate, PathMutate} {
+				decide := func(e *Engine, in *Input) Decision {
+					if path == PathMutate {
+						return e.Mutate(context.Background(), in)
+					}
+					return e.Validate(context.Background(), in)
+				}
+				want := decide(maps, in)
+				got := decide(values, valueForm(t, in))
+				if got.Allowed != want.Allowed || got.Code != want.Code || got.Message != want.Message ||
+					!reflect.DeepEqual(got.Warnings, want.Warnings) || string(got.Patch) != string(want.Patch) || got.Role != want.Role {
+					t.Fatalf("%s set, %s, %v: from values %+v, from maps %+v", setName, name, path, got, want)
+				}
+				compared++
+			}
+		}
+	}
+	t.Logf("%d decisions identical", compared)
 }

@@ -6,9 +6,13 @@
 package policies
 
 import (
+	"bytes"
+	"fmt"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	admissionv1 "k8s.io/api/admission/v1"
+	kjson "sigs.k8s.io/json"
 )
 
 // RoleAnnotation routes a request to a role's policy set.
@@ -19,11 +23,81 @@ const RoleAnnotation = "qn-role"
 // context extracted from it.
 type Input struct {
 	Request *admissionv1.AdmissionRequest
-	// Object and OldObject are Request.Object and Request.OldObject decoded;
-	// nil when absent. Policies read these, never the raw bytes.
+	// Object and OldObject are Request.Object and Request.OldObject decoded
+	// to Go values; nil when absent. Policies read these, never the raw
+	// bytes.
 	Object    map[string]any
 	OldObject map[string]any
-	Facts     Facts
+	// ObjectValue and OldObjectValue are the same objects as Rego values,
+	// when the caller decoded them that way in one pass (the webhook does,
+	// with internal/astjson). Rego policies then read these, and the Go
+	// maps stay nil until a step that needs them (pattern policies, a
+	// patch) decodes them from the request's bytes.
+	ObjectValue    ast.Value
+	OldObjectValue ast.Value
+	Facts          Facts
+}
+
+// goObjects fills Object and OldObject from the request's bytes where only
+// their Rego values were decoded.
+func (in *Input) goObjects() error {
+	if in.Request == nil {
+		return nil
+	}
+	var err error
+	if in.Object == nil && in.ObjectValue != nil {
+		if in.Object, err = decodeGoObject("request.object", in.Request.Object.Raw); err != nil {
+			return err
+		}
+	}
+	if in.OldObject == nil && in.OldObjectValue != nil {
+		if in.OldObject, err = decodeGoObject("request.oldObject", in.Request.OldObject.Raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeGoObject(field string, raw []byte) (map[string]any, error) {
+	var m map[string]any
+	strictErrs, err := kjson.UnmarshalStrict(bytes.TrimSpace(raw), &m, kjson.DisallowDuplicateFields)
+	if err == nil && len(strictErrs) > 0 {
+		err = strictErrs[0]
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode %s for pattern policies and patches: %w", field, err)
+	}
+	return m, nil
+}
+
+// hasOldObject reports whether the request carries the stored object.
+func (in *Input) hasOldObject() bool { return in.OldObject != nil || in.OldObjectValue != nil }
+
+// oldAnnotation reads metadata.annotations[key] of the stored object; ""
+// when absent or not a string.
+func (in *Input) oldAnnotation(key string) string {
+	if in.OldObject != nil || in.OldObjectValue == nil {
+		return annotationOf(in.OldObject, key)
+	}
+	s, _ := ValueAt(in.OldObjectValue, "metadata", "annotations", key).(ast.String)
+	return string(s)
+}
+
+// ValueAt follows keys through nested Rego objects; nil when a key is
+// missing or a value on the way is not an object.
+func ValueAt(v ast.Value, keys ...string) ast.Value {
+	for _, k := range keys {
+		obj, ok := v.(ast.Object)
+		if !ok {
+			return nil
+		}
+		t := obj.Get(ast.InternedTerm(k))
+		if t == nil {
+			return nil
+		}
+		v = t.Value
+	}
+	return v
 }
 
 // Facts are what the webhook extracted from a request. Policies see them as

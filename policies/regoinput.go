@@ -25,6 +25,8 @@ var (
 	keyKind               = ast.StringTerm("kind")
 	keyLabels             = ast.StringTerm("labels")
 	keyLimit              = ast.StringTerm("limit")
+	keyManagedFields      = ast.StringTerm("managedFields")
+	keyMetadata           = ast.StringTerm("metadata")
 	keyName               = ast.StringTerm("name")
 	keyObject             = ast.StringTerm("object")
 	keyOldObject          = ast.StringTerm("oldObject")
@@ -119,7 +121,16 @@ func requestObject(in *Input, dropManagedFields bool) (ast.Object, error) {
 		key     *ast.Term
 		raw     runtime.RawExtension
 		decoded map[string]any
-	}{{keyObject, r.Object, in.Object}, {keyOldObject, r.OldObject, in.OldObject}, {keyOptions, r.Options, nil}} {
+		value   ast.Value
+	}{{keyObject, r.Object, in.Object, in.ObjectValue}, {keyOldObject, r.OldObject, in.OldObject, in.OldObjectValue}, {keyOptions, r.Options, nil, nil}} {
+		if f.value != nil {
+			v := f.value
+			if dropManagedFields {
+				v = valueWithoutManagedFields(v)
+			}
+			o.Insert(f.key, ast.NewTerm(v))
+			continue
+		}
 		decoded := f.decoded
 		if dropManagedFields {
 			decoded = withoutManagedFields(decoded)
@@ -177,6 +188,38 @@ func withoutManagedFields(obj map[string]any) map[string]any {
 		out[k] = v
 	}
 	out["metadata"] = m
+	return out
+}
+
+// valueWithoutManagedFields is withoutManagedFields for an object decoded
+// straight to a Rego value: a shallow copy of the object and its metadata,
+// so the value the caller holds is left as it was.
+func valueWithoutManagedFields(v ast.Value) ast.Value {
+	obj, ok := v.(ast.Object)
+	if !ok {
+		return v
+	}
+	metaTerm := obj.Get(keyMetadata)
+	if metaTerm == nil {
+		return v
+	}
+	meta, ok := metaTerm.Value.(ast.Object)
+	if !ok || meta.Get(keyManagedFields) == nil {
+		return v
+	}
+	trimmed := ast.NewObjectWithCapacity(meta.Len() - 1)
+	meta.Foreach(func(k, v *ast.Term) {
+		if k.Value.Compare(keyManagedFields.Value) != 0 {
+			trimmed.Insert(k, v)
+		}
+	})
+	out := ast.NewObjectWithCapacity(obj.Len())
+	obj.Foreach(func(k, v *ast.Term) {
+		if k.Value.Compare(keyMetadata.Value) == 0 {
+			v = ast.NewTerm(trimmed)
+		}
+		out.Insert(k, v)
+	})
 	return out
 }
 

@@ -2,16 +2,17 @@ package webhook
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	kjson "sigs.k8s.io/json"
 
+	"github.com/quantumnode/qn-admission/internal/astjson"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -44,16 +45,15 @@ func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.I
 		}
 	}
 	var err error
-	if in.Object, err = decodeObject("request.object", req.Object.Raw, req); err != nil {
+	if in.ObjectValue, err = decodeObject("request.object", req.Object.Raw, req); err != nil {
 		return nil, err
 	}
-	if in.OldObject, err = decodeObject("request.oldObject", req.OldObject.Raw, req); err != nil {
+	if in.OldObjectValue, err = decodeObject("request.oldObject", req.OldObject.Raw, req); err != nil {
 		return nil, err
 	}
-	// DELETE carries only oldObject: its labels and role are what we judge.
-	meta := in.Object
+	meta := in.ObjectValue
 	if meta == nil {
-		meta = in.OldObject
+		meta = in.OldObjectValue
 	}
 	c := policies.Facts{
 		UID:         string(req.UID),
@@ -91,31 +91,67 @@ func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.I
 
 // stringMap reads metadata.labels or metadata.annotations; a value that is
 // not a map of strings is a malformed object, not an empty map.
-func stringMap(obj map[string]any, field string) (map[string]string, error) {
+func stringMap(obj ast.Value, field string) (map[string]string, error) {
 	out := map[string]string{}
 	if obj == nil {
 		return out, nil
 	}
-	m, found, err := unstructured.NestedMap(obj, "metadata", field)
-	if err != nil {
-		return nil, fmt.Errorf("metadata.%s is malformed: %v", field, err)
-	}
-	if !found {
+	metadata := policies.ValueAt(obj, "metadata")
+	if metadata == nil {
 		return out, nil
 	}
-	for k, v := range m {
-		s, ok := v.(string)
+	meta, ok := metadata.(ast.Object)
+	if !ok {
+		return nil, fmt.Errorf("metadata is %s, not an object", typeName(metadata))
+	}
+	value := policies.ValueAt(meta, field)
+	if value == nil {
+		return out, nil
+	}
+	m, ok := value.(ast.Object)
+	if !ok {
+		return nil, fmt.Errorf("metadata.%s is %s, not an object", field, typeName(value))
+	}
+	var err error
+	m.Foreach(func(k, v *ast.Term) {
+		key := string(k.Value.(ast.String))
+		s, ok := v.Value.(ast.String)
 		if !ok {
-			return nil, fmt.Errorf("metadata.%s[%q] is %T, not a string", field, k, v)
+			if err == nil {
+				err = fmt.Errorf("metadata.%s[%q] is %s, not a string", field, key, typeName(v.Value))
+			}
+			return
 		}
-		out[k] = s
+		out[key] = string(s)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
+// typeName names a JSON value's type in an error message.
+func typeName(v ast.Value) string {
+	switch v.(type) {
+	case ast.Null:
+		return "null"
+	case ast.Boolean:
+		return "a boolean"
+	case ast.Number:
+		return "a number"
+	case ast.String:
+		return "a string"
+	case *ast.Array:
+		return "an array"
+	case ast.Object:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
 // decodeObject decodes an embedded object, refusing duplicate keys anywhere
 // in it, and checks it is of the kind the request claims. nil when absent.
-func decodeObject(field string, raw []byte, req *admissionv1.AdmissionRequest) (map[string]any, error) {
+func decodeObject(field string, raw []byte, req *admissionv1.AdmissionRequest) (ast.Value, error) {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return nil, nil
@@ -123,24 +159,23 @@ func decodeObject(field string, raw []byte, req *admissionv1.AdmissionRequest) (
 	if trimmed[0] != '{' {
 		return nil, fmt.Errorf("%s %v", field, errNotObject)
 	}
-	var m map[string]any
-	strictErrs, err := kjson.UnmarshalStrict(trimmed, &m, kjson.DisallowDuplicateFields)
+	v, err := astjson.Decode(trimmed)
 	if err != nil {
-		return nil, fmt.Errorf("%s is malformed: %s", field, describeJSONError(err))
+		var dup *astjson.DuplicateError
+		if errors.As(err, &dup) {
+			return nil, fmt.Errorf("%s is ambiguous: %s", field, dup.Error())
+		}
+		return nil, fmt.Errorf("%s is malformed: %v", field, err)
 	}
-	if len(strictErrs) > 0 {
-		return nil, fmt.Errorf("%s is ambiguous: %s", field, joinErrors(strictErrs))
-	}
-	// A request for a subresource (status, scale) may carry another kind.
 	if req.SubResource == "" {
 		want := schema.GroupVersion{Group: req.Kind.Group, Version: req.Kind.Version}.String()
-		apiVersion, _ := m["apiVersion"].(string)
-		kind, _ := m["kind"].(string)
-		if apiVersion != want || kind != req.Kind.Kind {
-			return nil, fmt.Errorf("%s is apiVersion %q kind %q, but request.kind says %s", field, apiVersion, kind, gvkString(req.Kind.Group, req.Kind.Version, req.Kind.Kind))
+		apiVersion, _ := policies.ValueAt(v, "apiVersion").(ast.String)
+		kind, _ := policies.ValueAt(v, "kind").(ast.String)
+		if string(apiVersion) != want || string(kind) != req.Kind.Kind {
+			return nil, fmt.Errorf("%s is apiVersion %q kind %q, but request.kind says %s", field, string(apiVersion), string(kind), gvkString(req.Kind.Group, req.Kind.Version, req.Kind.Kind))
 		}
 	}
-	return m, nil
+	return v, nil
 }
 
 func gvkString(group, version, kind string) string {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	admissionv1 "k8s.io/api/admission/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -132,7 +133,7 @@ func TestBadInputGetsAClearAnswer(t *testing.T) {
 		},
 		"labels that are not strings": {
 			body: reviewBody("CREATE", strings.Replace(validObject, `"name":"edge-1",`, `"name":"edge-1","labels":{"a":1},`, 1)), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
-			wantMessage: `metadata.labels["a"] is int64, not a string`,
+			wantMessage: `metadata.labels["a"] is a number, not a string`,
 		},
 		"a body one byte over 7 MiB": {
 			body: big, wantStatus: 413, wantCode: 413, wantMessage: "request body exceeds 7340032 bytes",
@@ -274,8 +275,8 @@ func TestContextExtraction(t *testing.T) {
 	if !bytes.Equal(gotJSON, wantJSON) {
 		t.Fatalf("context\n got %s\nwant %s", gotJSON, wantJSON)
 	}
-	if got.Object != nil || got.OldObject["kind"] != "QuantumNode" {
-		t.Fatalf("a DELETE has only oldObject decoded, got object=%v old=%v", got.Object, got.OldObject)
+	if got.ObjectValue != nil || policies.ValueAt(got.OldObjectValue, "kind") != ast.String("QuantumNode") {
+		t.Fatalf("a DELETE has only oldObject decoded, got object=%v old=%v", got.ObjectValue, got.OldObjectValue)
 	}
 }
 

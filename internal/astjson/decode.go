@@ -1,0 +1,380 @@
+// Package astjson decodes JSON straight into OPA's ast.Value, in one pass
+// and strictly: a key repeated in an object is an error, as in
+// sigs.k8s.io/json's strict mode.
+//
+// The values are exactly those that decoding with sigs.k8s.io/json
+// (integers kept as int64) and converting with ast.InterfaceToValue would
+// give: an integer that fits int64 keeps its digits, any other number goes
+// through float64, and bytes that are not UTF-8 become U+FFFD. The webhook
+// relies on that equality (the fuzz target holds it), so policies see the
+// same input whichever way a request was decoded. Skipping the Go maps
+// saves a decode and a conversion per object on the request path.
+package astjson
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// MaxDepth bounds nesting, so no input can exhaust the stack; callers that
+// budget their input (the webhook allows 100 levels) never reach it.
+const MaxDepth = 10000
+
+// DuplicateError lists every key that appears twice in one object, as
+// JSON paths ("spec.services[0].name"), in the form sigs.k8s.io/json's
+// strict mode reports them.
+type DuplicateError struct {
+	Paths []string
+}
+
+func (e *DuplicateError) Error() string {
+	msgs := make([]string, len(e.Paths))
+	for i, p := range e.Paths {
+		msgs[i] = fmt.Sprintf("duplicate field %q", p)
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Decode parses one JSON value. A syntax error names its byte offset; a
+// repeated key gives a *DuplicateError once the whole value is read.
+func Decode(data []byte) (ast.Value, error) {
+	d := decoder{data: data}
+	v, err := d.value()
+	if err != nil {
+		return nil, err
+	}
+	d.skipSpace()
+	if d.pos != len(d.data) {
+		return nil, d.syntaxError("after the top-level value")
+	}
+	if len(d.duplicates) > 0 {
+		return nil, &DuplicateError{Paths: d.duplicates}
+	}
+	return v, nil
+}
+
+type decoder struct {
+	data []byte
+	pos  int
+	// path is the way from the top to the value being read: object keys
+	// and array indices, kept only to name duplicates.
+	path       []segment
+	duplicates []string
+}
+
+type segment struct {
+	key   string
+	index int
+	isKey bool
+}
+
+var errTooDeep = fmt.Errorf("JSON is nested more than %d levels deep", MaxDepth)
+
+func (d *decoder) syntaxError(where string) error {
+	if d.pos >= len(d.data) {
+		return fmt.Errorf("unexpected end of JSON input %s", where)
+	}
+	return fmt.Errorf("invalid character %q at offset %d %s", d.data[d.pos], d.pos, where)
+}
+
+func (d *decoder) skipSpace() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) value() (ast.Value, error) {
+	d.skipSpace()
+	if d.pos >= len(d.data) {
+		return nil, d.syntaxError("looking for a value")
+	}
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		return d.object()
+	case c == '[':
+		return d.array()
+	case c == '"':
+		s, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		return ast.String(s), nil
+	case c == 't':
+		return d.literal("true", ast.Boolean(true))
+	case c == 'f':
+		return d.literal("false", ast.Boolean(false))
+	case c == 'n':
+		return d.literal("null", ast.Null{})
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.number()
+	default:
+		return nil, d.syntaxError("looking for a value")
+	}
+}
+
+func (d *decoder) literal(word string, v ast.Value) (ast.Value, error) {
+	if len(d.data)-d.pos < len(word) || string(d.data[d.pos:d.pos+len(word)]) != word {
+		return nil, d.syntaxError("in literal " + word)
+	}
+	d.pos += len(word)
+	return v, nil
+}
+
+func (d *decoder) object() (ast.Value, error) {
+	if len(d.path) >= MaxDepth {
+		return nil, errTooDeep
+	}
+	d.pos++ // {
+	obj := ast.NewObject()
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == '}' {
+		d.pos++
+		return obj, nil
+	}
+	for {
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+			return nil, d.syntaxError("looking for an object key")
+		}
+		key, err := d.keyTerm()
+		if err != nil {
+			return nil, err
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
+			return nil, d.syntaxError("after an object key")
+		}
+		d.pos++
+		d.path = append(d.path, segment{key: string(key.Value.(ast.String)), isKey: true})
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		d.path = d.path[:len(d.path)-1]
+		before := obj.Len()
+		obj.Insert(key, ast.NewTerm(v))
+		if obj.Len() == before {
+			d.duplicates = append(d.duplicates, d.pathOf(string(key.Value.(ast.String))))
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return nil, d.syntaxError("in an object")
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+		case '}':
+			d.pos++
+			return obj, nil
+		default:
+			return nil, d.syntaxError("after an object value")
+		}
+	}
+}
+
+func (d *decoder) array() (ast.Value, error) {
+	if len(d.path) >= MaxDepth {
+		return nil, errTooDeep
+	}
+	d.pos++ // [
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == ']' {
+		d.pos++
+		return ast.NewArray(), nil
+	}
+	var terms []*ast.Term
+	for i := 0; ; i++ {
+		d.path = append(d.path, segment{index: i})
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		d.path = d.path[:len(d.path)-1]
+		terms = append(terms, ast.NewTerm(v))
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return nil, d.syntaxError("in an array")
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+		case ']':
+			d.pos++
+			return ast.NewArray(terms...), nil
+		default:
+			return nil, d.syntaxError("after an array element")
+		}
+	}
+}
+
+// pathOf writes the current path plus key the way sigs.k8s.io/json does:
+// "a.b[0].c".
+func (d *decoder) pathOf(key string) string {
+	var b strings.Builder
+	for _, s := range d.path {
+		if s.isKey {
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.key)
+		} else {
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.index))
+			b.WriteByte(']')
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteByte('.')
+	}
+	b.WriteString(key)
+	return b.String()
+}
+
+// keyTerm reads an object key, sharing one term per well-known key.
+func (d *decoder) keyTerm() (*ast.Term, error) {
+	if raw, ok := d.plainString(); ok {
+		if t, known := knownKeys[string(raw)]; known {
+			return t, nil
+		}
+		return ast.StringTerm(string(raw)), nil
+	}
+	s, err := d.string()
+	if err != nil {
+		return nil, err
+	}
+	return ast.StringTerm(s), nil
+}
+
+// plainString reads a string made only of printable ASCII without escapes
+// (nearly every key and value in Kubernetes objects) and returns its
+// bytes; otherwise it reads nothing and reports false.
+func (d *decoder) plainString() ([]byte, bool) {
+	for i := d.pos + 1; i < len(d.data); i++ {
+		switch c := d.data[i]; {
+		case c == '"':
+			s := d.data[d.pos+1 : i]
+			d.pos = i + 1
+			return s, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// string reads a string; escapes and non-ASCII bytes are decoded by
+// encoding/json, so their meaning (surrogates, U+FFFD for bytes that are
+// not UTF-8) is the standard library's.
+func (d *decoder) string() (string, error) {
+	if raw, ok := d.plainString(); ok {
+		return string(raw), nil
+	}
+	start := d.pos
+	for i := d.pos + 1; i < len(d.data); i++ {
+		switch d.data[i] {
+		case '\\':
+			i++
+		case '"':
+			var s string
+			if err := json.Unmarshal(d.data[start:i+1], &s); err != nil {
+				d.pos = start
+				return "", d.syntaxError("in a string: " + strings.TrimPrefix(err.Error(), "json: "))
+			}
+			d.pos = i + 1
+			return s, nil
+		}
+	}
+	d.pos = len(d.data)
+	return "", d.syntaxError("in a string")
+}
+
+var errNumberRange = errors.New("is out of range of a 64-bit float")
+
+// number reads a JSON number. An integer that fits int64 keeps its digits
+// (as int64 formatting would write them); any other goes through float64.
+func (d *decoder) number() (ast.Value, error) {
+	start := d.pos
+	if d.data[d.pos] == '-' {
+		d.pos++
+	}
+	integer := true
+	if d.pos+1 < len(d.data) && d.data[d.pos] == '0' && isDigit(d.data[d.pos+1]) {
+		return nil, d.syntaxError("in a number (a leading zero)")
+	}
+	if !d.digits() {
+		return nil, d.syntaxError("in a number")
+	}
+	if d.pos < len(d.data) && d.data[d.pos] == '.' {
+		integer = false
+		d.pos++
+		if !d.digits() {
+			return nil, d.syntaxError("after a decimal point")
+		}
+	}
+	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
+		integer = false
+		d.pos++
+		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
+			d.pos++
+		}
+		if !d.digits() {
+			return nil, d.syntaxError("in an exponent")
+		}
+	}
+	lit := d.data[start:d.pos]
+	if integer {
+		if t := ast.InternedIntNumberTermFromString(string(lit)); t != nil {
+			return t.Value, nil
+		}
+		if i, err := strconv.ParseInt(string(lit), 10, 64); err == nil {
+			return ast.Number(strconv.FormatInt(i, 10)), nil
+		}
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
+	if err != nil {
+		return nil, fmt.Errorf("number %s at offset %d %w", lit, start, errNumberRange)
+	}
+	return ast.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
+}
+
+// digits reads one or more decimal digits.
+func (d *decoder) digits() bool {
+	start := d.pos
+	for d.pos < len(d.data) && isDigit(d.data[d.pos]) {
+		d.pos++
+	}
+	return d.pos > start
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// knownKeys shares one term for keys every Kubernetes object repeats, so
+// reading them allocates nothing.
+var knownKeys = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, k := range []string{
+		"apiVersion", "kind", "metadata", "name", "namespace", "uid", "labels",
+		"annotations", "spec", "status", "resourceVersion", "generation",
+		"creationTimestamp", "deletionTimestamp", "managedFields", "manager",
+		"operation", "time", "fieldsType", "fieldsV1", "finalizers",
+		"ownerReferences", "generateName", "hardware", "arch", "services",
+		"port", "conditions", "type", "reason", "message", "lastTransitionTime",
+		"observedGeneration", "subresource", "containers", "image", "ports",
+		"containerPort", "protocol", "f:metadata", "f:labels", "f:annotations",
+		"f:spec", ".", "kubectl.kubernetes.io/last-applied-configuration",
+		"topology.kubernetes.io/zone", "qn-role",
+	} {
+		m[k] = ast.StringTerm(k)
+	}
+	return m
+}()

@@ -1,0 +1,166 @@
+package astjson
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	kjson "sigs.k8s.io/json"
+)
+
+// reference decodes the way the webhook did before this package: strict
+// sigs.k8s.io/json into Go values (int64 kept), then ast.InterfaceToValue.
+func reference(data []byte) (ast.Value, error) {
+	var v any
+	strictErrs, err := kjson.UnmarshalStrict(data, &v, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, err
+	}
+	if len(strictErrs) > 0 {
+		return nil, strictErrs[0]
+	}
+	return ast.InterfaceToValue(v)
+}
+
+// agree checks that Decode and the reference give the same value, or both
+// refuse the input.
+func agree(t *testing.T, data []byte) {
+	t.Helper()
+	got, err := Decode(data)
+	want, wantErr := reference(data)
+	if (err != nil) != (wantErr != nil) {
+		t.Fatalf("Decode(%q): error %v, reference error %v", data, err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	if got.Compare(want) != 0 || got.String() != want.String() {
+		t.Fatalf("Decode(%q) = %v, reference %v", data, got, want)
+	}
+}
+
+func TestDecodeAgreesWithTheReference(t *testing.T) {
+	cases := map[string]string{
+		"an object with every kind of value":                          `{"s":"x","n":1,"f":1.5,"t":true,"f2":false,"z":null,"a":[1,"b",{"c":[]}],"o":{}}`,
+		"integers keep their digits":                                  `[0,-1,512,513,9223372036854775807,-9223372036854775808,123456789012]`,
+		"integers beyond int64 go through float64":                    `[9223372036854775808,-9223372036854775809,123456789012345678901234567890]`,
+		"minus zero becomes zero as an int64 would":                   `[-0,-0.0,0.0,1.0,1e3,1E+3,1e-3,2.50,-1.25e-7]`,
+		"escapes and unicode":                                         `{"q":"a\"b\\c\/d\n\t\u00e9\u4e2d\ud83d\ude00","u":"héllo 中","esc\u0041key":1}`,
+		"a lone surrogate and bytes that are not UTF-8 become U+FFFD": "[\"\\ud800\",\"a\xffb\",\"\xc3\"]",
+		"whitespace everywhere":                                       " \t\n{ \"a\" : [ 1 , 2 ] ,\r\n \"b\" : { } } \n",
+		"scalars at the top":                                          `"top"`,
+		"a duplicate key":                                             `{"a":1,"a":2}`,
+		"a duplicate deep":                                            `{"spec":{"services":[{"name":"a","name":"b"}]}}`,
+		"trailing garbage":                                            `{"a":1} x`,
+		"a missing value":                                             `{"a":}`,
+		"a trailing comma":                                            `[1,2,]`,
+		"a leading zero":                                              `[01]`,
+		"a negative leading zero":                                     `[-01]`,
+		"a bare minus":                                                `[-]`,
+		"a dot without digits":                                        `[1.]`,
+		"an exponent without digits":                                  `[1e]`,
+		"a number out of range":                                       `[1e999]`,
+		"a control character":                                         "[\"a\x01b\"]",
+		"an unterminated string":                                      `["abc`,
+		"a bad escape":                                                `["\x"]`,
+		"a truncated literal":                                         `[tru]`,
+		"nothing":                                                     ``,
+		"a single quote":                                              `['a']`,
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) { agree(t, []byte(in)) })
+	}
+}
+
+func TestDuplicatesAreNamedByPath(t *testing.T) {
+	_, err := Decode([]byte(`{"a":1,"a":2,"spec":{"services":[{"name":"x"},{"name":"y","name":"z"}]},"m":{"k":{"k2":1,"k2":2}}}`))
+	var dup *DuplicateError
+	if !errors.As(err, &dup) {
+		t.Fatalf("want a DuplicateError, got %v", err)
+	}
+	want := `duplicate field "a"; duplicate field "spec.services[1].name"; duplicate field "m.k.k2"`
+	if err.Error() != want {
+		t.Fatalf("got %q, want %q", err.Error(), want)
+	}
+}
+
+func TestNestingIsBounded(t *testing.T) {
+	deep := strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)
+	if _, err := Decode([]byte(deep)); !errors.Is(err, errTooDeep) {
+		t.Fatalf("want errTooDeep, got %v", err)
+	}
+	ok := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	if _, err := Decode([]byte(ok)); err != nil {
+		t.Fatalf("100 levels: %v", err)
+	}
+}
+
+func TestSyntaxErrorsNameTheOffset(t *testing.T) {
+	_, err := Decode([]byte(`{"a": x}`))
+	if err == nil || !strings.Contains(err.Error(), "offset 6") {
+		t.Fatalf("want the offset of x, got %v", err)
+	}
+}
+
+// reviewFixtures are real AdmissionReviews (kubectl and apiserver shapes).
+func reviewFixtures(t testing.TB) [][]byte {
+	var out [][]byte
+	for _, dir := range []string{"../../test/testdata", "../../test/load/testdata"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no review fixtures found")
+	}
+	return out
+}
+
+func TestDecodeAgreesOnEveryReviewFixture(t *testing.T) {
+	for _, b := range reviewFixtures(t) {
+		agree(t, b)
+	}
+}
+
+func FuzzDecodeAgreesWithTheReference(f *testing.F) {
+	for _, b := range reviewFixtures(f) {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"a":[1,1.5,-0,1e400,"\u00e9"],"a":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		agree(t, data)
+	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	for _, name := range []string{"realtime-create-allowed.json", "realtime-update-allowed.json", "pod-create-5k.json"} {
+		data, err := os.ReadFile(filepath.Join("../../test/load/testdata", name))
+		if err != nil {
+			b.Skip(err)
+		}
+		b.Run(name+"/one-pass", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := Decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/maps-then-convert", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := reference(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
