@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -61,6 +62,12 @@ func Decode(data []byte) (ast.Value, error) {
 type decoder struct {
 	data []byte
 	pos  int
+	// terms and text are arenas: terms are handed out from a slab and
+	// plain strings are copied into a shared buffer, a few allocations per
+	// object instead of two or three per value. Bytes in text are never
+	// written again once a string points at them.
+	terms []ast.Term
+	text  []byte
 	// path is the way from the top to the value being read: object keys
 	// and array indices, kept only to name duplicates.
 	path       []segment
@@ -162,7 +169,7 @@ func (d *decoder) object() (ast.Value, error) {
 		}
 		d.path = d.path[:len(d.path)-1]
 		before := obj.Len()
-		obj.Insert(key, ast.NewTerm(v))
+		obj.Insert(key, d.term(v))
 		if obj.Len() == before {
 			d.duplicates = append(d.duplicates, d.pathOf(string(key.Value.(ast.String))))
 		}
@@ -200,7 +207,7 @@ func (d *decoder) array() (ast.Value, error) {
 			return nil, err
 		}
 		d.path = d.path[:len(d.path)-1]
-		terms = append(terms, ast.NewTerm(v))
+		terms = append(terms, d.term(v))
 		d.skipSpace()
 		if d.pos >= len(d.data) {
 			return nil, d.syntaxError("in an array")
@@ -246,13 +253,44 @@ func (d *decoder) keyTerm() (*ast.Term, error) {
 		if t, known := knownKeys[string(raw)]; known {
 			return t, nil
 		}
-		return ast.StringTerm(string(raw)), nil
+		return d.term(ast.String(d.intern(raw))), nil
 	}
 	s, err := d.string()
 	if err != nil {
 		return nil, err
 	}
-	return ast.StringTerm(s), nil
+	return d.term(ast.String(s)), nil
+}
+
+const (
+	termSlab = 64
+	textSlab = 4096
+)
+
+// term hands out a term from the slab.
+func (d *decoder) term(v ast.Value) *ast.Term {
+	if len(d.terms) == cap(d.terms) {
+		d.terms = make([]ast.Term, 0, termSlab)
+	}
+	d.terms = append(d.terms, ast.Term{Value: v})
+	return &d.terms[len(d.terms)-1]
+}
+
+// intern copies raw into the text arena and returns it as a string that
+// shares the arena's memory; long strings get their own allocation.
+func (d *decoder) intern(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	if len(raw) > textSlab/4 {
+		return string(raw)
+	}
+	if cap(d.text)-len(d.text) < len(raw) {
+		d.text = make([]byte, 0, textSlab)
+	}
+	start := len(d.text)
+	d.text = append(d.text, raw...)
+	return unsafe.String(&d.text[start], len(raw))
 }
 
 // plainString reads a string made only of printable ASCII without escapes
@@ -277,7 +315,7 @@ func (d *decoder) plainString() ([]byte, bool) {
 // not UTF-8) is the standard library's.
 func (d *decoder) string() (string, error) {
 	if raw, ok := d.plainString(); ok {
-		return string(raw), nil
+		return d.intern(raw), nil
 	}
 	start := d.pos
 	for i := d.pos + 1; i < len(d.data); i++ {
