@@ -23,7 +23,7 @@ func main() {
 	_ = fs.Parse(os.Args[1:])
 
 	logger := opts.Logger(os.Stdout)
-	app.SetMemoryLimit(logger)
+	app.TuneGC(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := app.Run(ctx, opts, logger); err != nil {

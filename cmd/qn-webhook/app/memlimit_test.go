@@ -29,3 +29,25 @@ func TestMemoryLimitFromCgroup(t *testing.T) {
 		})
 	}
 }
+
+func TestGCSettings(t *testing.T) {
+	const none = 1<<63 - 1
+	for name, tc := range map[string]struct {
+		gogc, gomemlimit string
+		runtimeLimit     int64
+		container        int64
+		want             GCSettings
+	}{
+		"a container limit: three quarters of it, and GOGC 400": {container: 256 << 20, runtimeLimit: none, want: GCSettings{MemoryLimit: 192 << 20, GCPercent: 400}},
+		"GOMEMLIMIT set: its limit, and GOGC 400":               {gomemlimit: "100MiB", runtimeLimit: 100 << 20, container: 256 << 20, want: GCSettings{MemoryLimit: 100 << 20, GCPercent: 400}},
+		"GOGC set by the operator is kept":                      {gogc: "150", container: 256 << 20, runtimeLimit: none, want: GCSettings{MemoryLimit: 192 << 20}},
+		"no limit anywhere: the runtime's defaults":             {runtimeLimit: none},
+		"GOMEMLIMIT=off: no limit, so no larger GOGC":           {gomemlimit: "off", runtimeLimit: none, container: 256 << 20},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := gcSettings(tc.gogc, tc.gomemlimit, tc.runtimeLimit, tc.container); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
