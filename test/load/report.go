@@ -203,7 +203,7 @@ func (r *Report) Markdown() string {
 		"**OPA** (`opa run --server` over TLS, `test/load/opa`: the same QuantumNode rules written as OPA's Kubernetes admission tutorial does, default decision `system/main`, mutation through `/v0/data/system/mutate`, no decision logs, no rate windows); " +
 		"**bare TLS ceiling** (`test/load/cmd/ceiling`: TLS, read, decode the review with encoding/json, answer allowed)")
 	if v := r.gogcVariant(); v != "" {
-		fmt.Fprintf(&b, "; **%s** (the same binary with that Go GC setting, to size the lever)", v)
+		fmt.Fprintf(&b, "; **%s** (the same binary with that Go runtime setting: `GOMEMLIMIT` is what qn-webhook sets itself in the chart's 256 MiB container, and with a limit it runs with GOGC=400)", v)
 	}
 	b.WriteString(".\n\n")
 
@@ -274,7 +274,7 @@ func (r *Report) otherShare(largest bool) float64 {
 func (r *Report) gogcVariant() string {
 	for _, sc := range r.Scenarios {
 		for _, name := range sc.Scenario.Targets {
-			if strings.HasPrefix(name, NameWebhook+" GOGC=") {
+			if strings.HasPrefix(name, NameWebhook+" GO") {
 				return name
 			}
 		}

@@ -131,10 +131,37 @@ func EnsureOPA(ctx context.Context) (bin, version string, err error) {
 	// Build beside the target and rename, so an interrupted build never
 	// leaves a half-written binary that looks cached.
 	tmp := bin + ".tmp"
-	if _, err := goBuild(ctx, tmp, opaModule); err != nil {
+	if err := buildOPA(ctx, tmp, version); err != nil {
 		return "", "", err
 	}
 	return bin, version, os.Rename(tmp, bin)
+}
+
+// buildOPA builds the opa command at version in a scratch module: this
+// module's go.sum holds only the OPA packages qn-admission links, not
+// those of OPA's own command, and must stay tidy.
+func buildOPA(ctx context.Context, out, version string) error {
+	dir, err := os.MkdirTemp("", "opa-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	out, err = filepath.Abs(out)
+	if err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"mod", "init", "opabuild"},
+		{"get", opaModule + "@" + version},
+		{"build", "-o", out, opaModule},
+	} {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = dir
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build the opa command %s (go %s): %v\n%s", version, strings.Join(args, " "), err, b)
+		}
+	}
+	return nil
 }
 
 // StartWebhook runs a qn-webhook binary with self-signed TLS in certDir on

@@ -53,7 +53,7 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", "closed-validate,closed-mutate,open-validate", "Scenarios to run, in order.")
 	flag.StringVar(&o.doc, "doc", "", "Rewrite the generated load section of this Markdown file (e.g. docs/benchmarks.md).")
 	flag.StringVar(&o.inProcess, "inprocess", "", "`go test -bench` output to include as the in-process table.")
-	flag.StringVar(&o.gogcVariant, "gogc-variant", "400", "Also measure qn-webhook run with this GOGC (e.g. 400) in the closed validate loop.")
+	flag.StringVar(&o.gogcVariant, "runtime-variant", "GOMEMLIMIT=192MiB", "Also measure qn-webhook run with this Go runtime variable in the closed validate loop (default: the soft limit qn-webhook sets itself in the chart's 256 MiB container, which also selects GOGC=400; e.g. GOGC=400).")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
 	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
 	flag.Parse()
@@ -145,7 +145,7 @@ func run(ctx context.Context, o options) error {
 	if o.gogcVariant != "" {
 		name := gogcName(o.gogcVariant)
 		if err := start(name, func() (*load.Server, error) {
-			return load.StartWebhookWithEnv(name, webhookBin, filepath.Join(work, "qn-gogc-certs"), []string{"GOGC=" + o.gogcVariant})
+			return load.StartWebhookWithEnv(name, webhookBin, filepath.Join(work, "qn-gogc-certs"), []string{o.gogcVariant})
 		}); err != nil {
 			return err
 		}
@@ -302,7 +302,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	return nil
 }
 
-func gogcName(gogc string) string { return load.NameWebhook + " GOGC=" + gogc }
+func gogcName(env string) string { return load.NameWebhook + " " + env }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "qnload: "+format+"\n", args...)
