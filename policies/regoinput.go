@@ -10,6 +10,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/quantumnode/qn-admission/internal/astjson"
 )
 
 // Keys of the input document, built once: a request allocates only values.
@@ -82,41 +84,53 @@ func policyInputValue(set *Set, in *Input, c Facts) (ast.Value, error) {
 }
 
 func projectedInputValue(in *Input, c Facts, dropManagedFields bool) (ast.Value, error) {
+	var b inputBuilder
+	return b.input(in, c, dropManagedFields)
+}
+
+// inputBuilder builds the input's terms from slabs (astjson.Terms): a
+// request's input is a few hundred small values, and allocating them in
+// slabs is a large share of the allocations saved per request.
+type inputBuilder struct {
+	terms astjson.Terms
+}
+
+func (b *inputBuilder) input(in *Input, c Facts, dropManagedFields bool) (ast.Value, error) {
 	var request *ast.Term
 	if in.Request == nil {
 		request = ast.NullTerm()
 	} else {
-		obj, err := requestObject(in, dropManagedFields)
+		obj, err := b.requestObject(in, dropManagedFields)
 		if err != nil {
 			return nil, err
 		}
-		request = ast.NewTerm(obj)
+		request = b.terms.New(obj)
 	}
 	return ast.NewObject(
 		ast.Item(keyRequest, request),
-		ast.Item(keyContext, ast.NewTerm(contextObject(c))),
+		ast.Item(keyContext, b.terms.New(b.contextObject(c))),
 	), nil
 }
 
-func requestObject(in *Input, dropManagedFields bool) (ast.Object, error) {
+func (b *inputBuilder) requestObject(in *Input, dropManagedFields bool) (ast.Object, error) {
 	r := in.Request
 	o := ast.NewObject(
-		strItem(keyUid, string(r.UID)),
-		ast.Item(keyKind, gvkTerm(r.Kind)),
-		ast.Item(keyResource, gvrTerm(r.Resource)),
-		strItem(keyOperation, string(r.Operation)),
-		ast.Item(keyUserInfo, userInfoTerm(r)),
+		b.strItem(keyUid, string(r.UID)),
+		ast.Item(keyKind, b.gvkTerm(r.Kind)),
+		ast.Item(keyResource, b.gvrTerm(r.Resource)),
+		b.strItem(keyOperation, string(r.Operation)),
+		ast.Item(keyUserInfo, b.userInfoTerm(r)),
 	)
-	optStr(o, keySubResource, r.SubResource)
+	b.optStr(o, keySubResource, r.SubResource)
 	if r.RequestKind != nil {
-		o.Insert(keyRequestKind, gvkTerm(*r.RequestKind))
+		o.Insert(keyRequestKind, b.gvkTerm(*r.RequestKind))
 	}
 	if r.RequestResource != nil {
-		o.Insert(keyRequestResource, gvrTerm(*r.RequestResource))
+		o.Insert(keyRequestResource, b.gvrTerm(*r.RequestResource))
 	}
-	optStr(o, keyRequestSubResource, r.RequestSubResource)
-	optStr(o, keyName, r.Name)
-	optStr(o, keyNamespace, r.Namespace)
+	b.optStr(o, keyRequestSubResource, r.RequestSubResource)
+	b.optStr(o, keyName, r.Name)
+	b.optStr(o, keyNamespace, r.Namespace)
 	for _, f := range [...]struct {
 		key     *ast.Term
 		raw     runtime.RawExtension
@@ -128,14 +142,14 @@ func requestObject(in *Input, dropManagedFields bool) (ast.Object, error) {
 			if dropManagedFields {
 				v = valueWithoutManagedFields(v)
 			}
-			o.Insert(f.key, ast.NewTerm(v))
+			o.Insert(f.key, b.terms.New(v))
 			continue
 		}
 		decoded := f.decoded
 		if dropManagedFields {
 			decoded = withoutManagedFields(decoded)
 		}
-		term, err := objectTerm(f.key, f.raw, decoded)
+		term, err := b.objectTerm(f.key, f.raw, decoded)
 		if err != nil {
 			return nil, err
 		}
@@ -149,13 +163,13 @@ func requestObject(in *Input, dropManagedFields bool) (ast.Object, error) {
 
 // objectTerm uses the decoded object when the webhook has one, so policies
 // judge exactly what was validated; options are small and parsed here.
-func objectTerm(key *ast.Term, raw runtime.RawExtension, decoded map[string]any) (*ast.Term, error) {
+func (b *inputBuilder) objectTerm(key *ast.Term, raw runtime.RawExtension, decoded map[string]any) (*ast.Term, error) {
 	if decoded != nil {
 		v, err := ast.InterfaceToValue(decoded)
 		if err != nil {
 			return nil, fmt.Errorf("convert request.%v for policies: %w", key, err)
 		}
-		return ast.NewTerm(v), nil
+		return b.terms.New(v), nil
 	}
 	if len(bytes.TrimSpace(raw.Raw)) == 0 {
 		return ast.NullTerm(), nil
@@ -164,7 +178,7 @@ func objectTerm(key *ast.Term, raw runtime.RawExtension, decoded map[string]any)
 	if err != nil {
 		return nil, fmt.Errorf("parse request.%v for policies: %w", key, err)
 	}
-	return ast.NewTerm(v), nil
+	return b.terms.New(v), nil
 }
 
 // withoutManagedFields is obj without metadata.managedFields: a copy of the
@@ -223,52 +237,52 @@ func valueWithoutManagedFields(v ast.Value) ast.Value {
 	return out
 }
 
-func userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {
+func (b *inputBuilder) userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {
 	u := r.UserInfo
 	o := ast.NewObject()
-	optStr(o, keyUsername, u.Username)
-	optStr(o, keyUid, u.UID)
+	b.optStr(o, keyUsername, u.Username)
+	b.optStr(o, keyUid, u.UID)
 	if len(u.Groups) > 0 {
-		o.Insert(keyGroups, stringsTerm(u.Groups))
+		o.Insert(keyGroups, b.stringsTerm(u.Groups))
 	}
 	if len(u.Extra) > 0 {
 		extra := ast.NewObject()
 		for k, v := range u.Extra {
-			extra.Insert(ast.StringTerm(k), stringsTerm(v))
+			extra.Insert(b.terms.New(ast.String(k)), b.stringsTerm(v))
 		}
-		o.Insert(keyExtra, ast.NewTerm(extra))
+		o.Insert(keyExtra, b.terms.New(extra))
 	}
-	return ast.NewTerm(o)
+	return b.terms.New(o)
 }
 
-func contextObject(c Facts) ast.Object {
+func (b *inputBuilder) contextObject(c Facts) ast.Object {
 	o := ast.NewObject(
-		strItem(keyUid, c.UID),
-		strItem(keyUser, c.User),
-		ast.Item(keyGroups, stringsTerm(c.Groups)),
-		strItem(keyOperation, c.Operation),
-		ast.Item(keyKind, ast.NewTerm(ast.NewObject(strItem(keyGroup, c.Kind.Group), strItem(keyVersion, c.Kind.Version), strItem(keyKind, c.Kind.Kind)))),
-		ast.Item(keyResource, ast.NewTerm(ast.NewObject(strItem(keyGroup, c.Resource.Group), strItem(keyVersion, c.Resource.Version), strItem(keyResource, c.Resource.Resource)))),
-		strItem(keyNamespace, c.Namespace),
-		strItem(keyName, c.Name),
-		ast.Item(keyLabels, stringMapTerm(c.Labels)),
-		ast.Item(keyAnnotations, stringMapTerm(c.Annotations)),
-		strItem(keyRole, c.Role),
+		b.strItem(keyUid, c.UID),
+		b.strItem(keyUser, c.User),
+		ast.Item(keyGroups, b.stringsTerm(c.Groups)),
+		b.strItem(keyOperation, c.Operation),
+		ast.Item(keyKind, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Kind.Group), b.strItem(keyVersion, c.Kind.Version), b.strItem(keyKind, c.Kind.Kind)))),
+		ast.Item(keyResource, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Resource.Group), b.strItem(keyVersion, c.Resource.Version), b.strItem(keyResource, c.Resource.Resource)))),
+		b.strItem(keyNamespace, c.Namespace),
+		b.strItem(keyName, c.Name),
+		ast.Item(keyLabels, b.stringMapTerm(c.Labels)),
+		ast.Item(keyAnnotations, b.stringMapTerm(c.Annotations)),
+		b.strItem(keyRole, c.Role),
 		ast.Item(keyDryRun, ast.BooleanTerm(c.DryRun)),
-		strItem(keyTime, c.Time.Format(time.RFC3339Nano)),
+		b.strItem(keyTime, c.Time.Format(time.RFC3339Nano)),
 	)
-	optStr(o, keyUserUID, c.UserUID)
-	optStr(o, keySubResource, c.SubResource)
+	b.optStr(o, keyUserUID, c.UserUID)
+	b.optStr(o, keySubResource, c.SubResource)
 	if len(c.Extra) > 0 {
 		extra := ast.NewObject()
 		for k, v := range c.Extra {
-			extra.Insert(ast.StringTerm(k), stringsTerm(v))
+			extra.Insert(b.terms.New(ast.String(k)), b.stringsTerm(v))
 		}
-		o.Insert(keyExtra, ast.NewTerm(extra))
+		o.Insert(keyExtra, b.terms.New(extra))
 	}
 	if w := c.Window; w != nil {
-		o.Insert(keyWindow, ast.NewTerm(ast.NewObject(
-			strItem(keyKey, w.Key),
+		o.Insert(keyWindow, b.terms.New(ast.NewObject(
+			b.strItem(keyKey, w.Key),
 			ast.Item(keyCount, ast.IntNumberTerm(w.Count)),
 			ast.Item(keyLimit, ast.IntNumberTerm(w.Limit)),
 			ast.Item(keyPeriodSeconds, ast.NumberTerm(json.Number(fmt.Sprint(w.PeriodSeconds)))),
@@ -278,34 +292,34 @@ func contextObject(c Facts) ast.Object {
 	return o
 }
 
-func gvkTerm(k metav1.GroupVersionKind) *ast.Term {
-	return ast.NewTerm(ast.NewObject(strItem(keyGroup, k.Group), strItem(keyVersion, k.Version), strItem(keyKind, k.Kind)))
+func (b *inputBuilder) gvkTerm(k metav1.GroupVersionKind) *ast.Term {
+	return b.terms.New(ast.NewObject(b.strItem(keyGroup, k.Group), b.strItem(keyVersion, k.Version), b.strItem(keyKind, k.Kind)))
 }
 
-func gvrTerm(r metav1.GroupVersionResource) *ast.Term {
-	return ast.NewTerm(ast.NewObject(strItem(keyGroup, r.Group), strItem(keyVersion, r.Version), strItem(keyResource, r.Resource)))
+func (b *inputBuilder) gvrTerm(r metav1.GroupVersionResource) *ast.Term {
+	return b.terms.New(ast.NewObject(b.strItem(keyGroup, r.Group), b.strItem(keyVersion, r.Version), b.strItem(keyResource, r.Resource)))
 }
 
-func strItem(k *ast.Term, v string) [2]*ast.Term { return ast.Item(k, ast.StringTerm(v)) }
+func (b *inputBuilder) strItem(k *ast.Term, v string) [2]*ast.Term { return ast.Item(k, b.terms.New(ast.String(v))) }
 
-func optStr(o ast.Object, k *ast.Term, v string) {
+func (b *inputBuilder) optStr(o ast.Object, k *ast.Term, v string) {
 	if v != "" {
-		o.Insert(k, ast.StringTerm(v))
+		o.Insert(k, b.terms.New(ast.String(v)))
 	}
 }
 
-func stringsTerm(list []string) *ast.Term {
+func (b *inputBuilder) stringsTerm(list []string) *ast.Term {
 	terms := make([]*ast.Term, len(list))
 	for i, s := range list {
-		terms[i] = ast.StringTerm(s)
+		terms[i] = b.terms.New(ast.String(s))
 	}
-	return ast.ArrayTerm(terms...)
+	return b.terms.New(ast.NewArray(terms...))
 }
 
-func stringMapTerm(m map[string]string) *ast.Term {
+func (b *inputBuilder) stringMapTerm(m map[string]string) *ast.Term {
 	o := ast.NewObject()
 	for k, v := range m {
-		o.Insert(ast.StringTerm(k), ast.StringTerm(v))
+		o.Insert(b.terms.New(ast.String(k)), b.terms.New(ast.String(v)))
 	}
-	return ast.NewTerm(o)
+	return b.terms.New(o)
 }

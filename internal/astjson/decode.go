@@ -66,7 +66,7 @@ type decoder struct {
 	// plain strings are copied into a shared buffer, a few allocations per
 	// object instead of two or three per value. Bytes in text are never
 	// written again once a string points at them.
-	terms []ast.Term
+	terms Terms
 	text  []byte
 	// path is the way from the top to the value being read: object keys
 	// and array indices, kept only to name duplicates.
@@ -264,16 +264,26 @@ func (d *decoder) keyTerm() (*ast.Term, error) {
 
 const (
 	termSlab = 64
-	textSlab = 4096
+	textSlab = 1024
 )
 
 // term hands out a term from the slab.
-func (d *decoder) term(v ast.Value) *ast.Term {
-	if len(d.terms) == cap(d.terms) {
-		d.terms = make([]ast.Term, 0, termSlab)
+func (d *decoder) term(v ast.Value) *ast.Term { return d.terms.New(v) }
+
+// Terms hands out terms from slabs of 64: building a document of many
+// small values allocates a slab now and then instead of a term per value.
+// The zero value is ready to use; a slab lives as long as any of its terms.
+type Terms struct {
+	slab []ast.Term
+}
+
+// New returns a term holding v.
+func (t *Terms) New(v ast.Value) *ast.Term {
+	if len(t.slab) == cap(t.slab) {
+		t.slab = make([]ast.Term, 0, termSlab)
 	}
-	d.terms = append(d.terms, ast.Term{Value: v})
-	return &d.terms[len(d.terms)-1]
+	t.slab = append(t.slab, ast.Term{Value: v})
+	return &t.slab[len(t.slab)-1]
 }
 
 // intern copies raw into the text arena and returns it as a string that
