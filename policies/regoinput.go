@@ -300,7 +300,9 @@ func (b *inputBuilder) gvrTerm(r metav1.GroupVersionResource) *ast.Term {
 	return b.terms.New(ast.NewObject(b.strItem(keyGroup, r.Group), b.strItem(keyVersion, r.Version), b.strItem(keyResource, r.Resource)))
 }
 
-func (b *inputBuilder) strItem(k *ast.Term, v string) [2]*ast.Term { return ast.Item(k, b.terms.New(ast.String(v))) }
+func (b *inputBuilder) strItem(k *ast.Term, v string) [2]*ast.Term {
+	return ast.Item(k, b.terms.New(ast.String(v)))
+}
 
 func (b *inputBuilder) optStr(o ast.Object, k *ast.Term, v string) {
 	if v != "" {
