@@ -164,6 +164,11 @@ func TestRunSeesAtomicSwaps(t *testing.T) {
 		watched      string
 		update       func(t *testing.T)
 		wantRevision string
+		// steps is how many states the update passes through that a
+		// watcher may see: kubelet links a new key only after swapping
+		// ..data, so a busy machine can see the swap and the new link as
+		// two changes (both are real states of the directory).
+		steps int32
 	}
 	cases := map[string]func(t *testing.T, dir string) deployment{
 		"a ConfigMap update: kubelet swaps ..data to a new timestamped directory": func(t *testing.T, dir string) deployment {
@@ -172,7 +177,7 @@ func TestRunSeesAtomicSwaps(t *testing.T) {
 		},
 		"a ConfigMap update that adds a key": func(t *testing.T, dir string) deployment {
 			v := newConfigMapVolume(t, dir, map[string]string{"roles.yaml": basePolicies["roles.yaml"]})
-			return deployment{watched: dir, update: func(t *testing.T) { v.update(t, updated) }}
+			return deployment{watched: dir, update: func(t *testing.T) { v.update(t, updated) }, steps: 2}
 		},
 		"a git-sync update: the link is swapped to a new worktree": func(t *testing.T, dir string) deployment {
 			g := newGitSyncRoot(t, dir)
@@ -212,8 +217,8 @@ func TestRunSeesAtomicSwaps(t *testing.T) {
 			d.update(t)
 			h.waitChange(t)
 			h.waitLooked(t, d.watched)
-			if n := h.changes.Load(); n != 1 {
-				t.Fatalf("onChange called %d times, want 1", n)
+			if n := h.changes.Load(); n < 1 || n > max(d.steps, 1) {
+				t.Fatalf("onChange called %d times, want 1 (at most %d for an update in %d steps)", n, max(d.steps, 1), d.steps)
 			}
 			plain := t.TempDir()
 			writeFiles(t, plain, updated)
