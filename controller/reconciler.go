@@ -27,6 +27,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -74,6 +75,9 @@ type Reconciler struct {
 	QuiescenceWindow time.Duration
 	// MaxRequeueDelay caps the wait for quiescence (default 30s).
 	MaxRequeueDelay time.Duration
+	// Answers, when set, counts reconciles and failed ones (a lost write
+	// race is not a failure) for strict health's error ratio.
+	Answers *health.Answers
 
 	quiet   *quiescence
 	metrics *auditMetrics
@@ -164,6 +168,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 // writes its status when the facts say something new. An error makes the
 // manager retry with exponential backoff.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if r.Answers != nil {
+		r.Answers.Record(err != nil)
+	}
+	return res, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	qn := &qnv1alpha1.QuantumNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, qn); err != nil {

@@ -42,6 +42,10 @@ type Decision struct {
 	// webhook sends it as status.details.retryAfterSeconds, which the
 	// apiserver returns to the client as a Retry-After header.
 	RetryAfter time.Duration
+	// PolicyFailed is set when the answer comes from the role's onError
+	// (an evaluation or window error), allowed or not: strict health
+	// counts these.
+	PolicyFailed bool
 }
 
 // Allow admits with optional warnings.

@@ -276,10 +276,12 @@ func (v *verdict) decision() Decision {
 // failed applies the role's onError to an evaluation or window error.
 func (v *verdict) failed(err error) Decision {
 	msg := fmt.Sprintf("role %q: %v", v.plan.Role, err)
+	d := InternalError(msg)
 	if v.plan.Spec.OnError == OnErrorAllow {
-		return Allow(append(v.warnings, "admitted without a policy decision (onError: allow): "+msg)...)
+		d = Allow(append(v.warnings, "admitted without a policy decision (onError: allow): "+msg)...)
 	}
-	return InternalError(msg)
+	d.PolicyFailed = true
+	return d
 }
 
 func windowState(w *Window, st window.State) *WindowState {

@@ -370,6 +370,9 @@ func TestOnError(t *testing.T) {
 			fsys["p.rego"] = &fstest.MapFile{Data: []byte(broken)}
 			e, _ := stepped(t, fsys)
 			d := e.Validate(context.Background(), node{}.input())
+			if !d.PolicyFailed {
+				t.Errorf("onError %s: PolicyFailed unset, so strict health would not count this answer: %+v", onError, d)
+			}
 			switch onError {
 			case "deny":
 				if d.Allowed || d.Code != 500 || !strings.Contains(d.Message, `role "r": evaluate packages [p]`) {

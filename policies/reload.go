@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies/dirwatch"
 )
 
@@ -33,6 +34,10 @@ type Reloader struct {
 	mu          sync.Mutex
 	lastErr     error
 	lastAttempt time.Time
+	// loadedAt is when the served set was loaded; failingSince is when
+	// the current run of failed reloads or looks began (zero when none).
+	loadedAt     time.Time
+	failingSince time.Time
 }
 
 // NewReloader starts following dir. Create it before the first load
@@ -77,8 +82,11 @@ func (r *Reloader) looked(err error) {
 	switch {
 	case err != nil:
 		r.lastErr, r.lastAttempt = &unreadableError{err: err}, time.Now()
+		if r.failingSince.IsZero() {
+			r.failingSince = r.lastAttempt
+		}
 	case wasUnreadable:
-		r.lastErr = nil
+		r.lastErr, r.failingSince = nil, time.Time{}
 	}
 	r.mu.Unlock()
 	if err != nil && !wasUnreadable {
@@ -92,7 +100,13 @@ func (r *Reloader) looked(err error) {
 // Load is the first load of the directory; an error here has no last good
 // set to fall back on.
 func (r *Reloader) Load(ctx context.Context) (*Set, error) {
-	return LoadDir(ctx, r.dir, r.opts.Load)
+	set, err := LoadDir(ctx, r.dir, r.opts.Load)
+	if err == nil {
+		r.mu.Lock()
+		r.loadedAt = time.Now()
+		r.mu.Unlock()
+	}
+	return set, err
 }
 
 // LoadDir loads a policy directory from disk, naming the revision by the
@@ -139,6 +153,12 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	set, err := LoadDir(ctx, r.dir, r.opts.Load)
 	r.mu.Lock()
 	r.lastErr, r.lastAttempt = err, start
+	if err != nil && r.failingSince.IsZero() {
+		r.failingSince = start
+	}
+	if err == nil {
+		r.failingSince, r.loadedAt = time.Time{}, time.Now()
+	}
 	r.mu.Unlock()
 	r.opts.Metrics.Reloaded(revisionOf(set), err)
 	if err != nil {
@@ -183,6 +203,15 @@ func (r *Reloader) LastReload() (revision string, lastAttempt time.Time, lastErr
 		revision = e.Current().Revision
 	}
 	return revision, r.lastAttempt, r.lastErr
+}
+
+// ReloadState is what strict health judges: the served set, when it was
+// loaded, and since when (and why) newer content fails to load.
+func (r *Reloader) ReloadState() health.ReloadState {
+	revision, _, lastErr := r.LastReload()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, FailingSince: r.failingSince, Err: lastErr}
 }
 
 func revisionOf(s *Set) string {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/quantumnode/qn-admission/internal/clip"
+	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -52,6 +53,9 @@ type HandlerOptions struct {
 	DecisionLog *slog.Logger
 	// Metrics, when set, counts requests and latencies.
 	Metrics *Metrics
+	// Answers, when set, counts answers and failed answers (the role's
+	// onError answered, or our own 5xx) for strict health's error ratio.
+	Answers *health.Answers
 }
 
 const (
@@ -248,6 +252,9 @@ func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d p
 	if m := h.opts.Metrics; m != nil {
 		m.requests.WithLabelValues(webhook, h.roleLabel(d.Role), outcome, strconv.Itoa(int(d.Code))).Inc()
 		m.latency.WithLabelValues(webhook).Observe(elapsed.Seconds())
+	}
+	if a := h.opts.Answers; a != nil {
+		a.Record(d.PolicyFailed || d.Code >= http.StatusInternalServerError)
 	}
 	attrs := make([]slog.Attr, 0, 24)
 	attrs = append(attrs,

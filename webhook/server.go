@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quantumnode/qn-admission/internal/health"
 )
 
 // Server serves the admission handler over TLS and the probes over plain
@@ -25,8 +27,11 @@ type Server struct {
 	TLSConfig *tls.Config
 	// Registry is served at /metrics.
 	Registry *prometheus.Registry
-	// Checks make up /readyz; Serve adds one that fails while draining.
-	Checks []Check
+	// Checks make up /readyz and strict health; Serve adds one that fails
+	// readiness while draining.
+	Checks []health.Check
+	// Profiling serves net/http/pprof on the probe listener.
+	Profiling bool
 	// GracePeriod bounds how long in-flight requests may drain.
 	GracePeriod time.Duration
 	// Logger receives the serving, draining and stopped lines.
@@ -39,7 +44,7 @@ type Server struct {
 // listeners.
 func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) error {
 	var draining atomic.Bool
-	checks := append(append([]Check(nil), s.Checks...), Check{Name: "shutdown", Check: func() error {
+	checks := append(append([]health.Check(nil), s.Checks...), health.Check{Name: "shutdown", Ready: func() error {
 		if draining.Load() {
 			return errors.New("draining in-flight requests")
 		}
@@ -60,7 +65,8 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
 	}
-	probe := &http.Server{Handler: newProbeHandler(s.Registry, checks), ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
+	probes := health.NewHandler(health.Options{Registerer: s.Registry, Gatherer: s.Registry, Checks: checks, Profiling: s.Profiling})
+	probe := &http.Server{Handler: probes, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
 
 	errs := make(chan error, 2)
 	go func() { errs <- serveErr("admission", admission.ServeTLS(admissionLn, "", "")) }()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,13 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
+	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/dirwatch"
 )
@@ -66,10 +67,12 @@ func run(ctx context.Context, opts *Options, logs io.Writer) error {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   controller.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddress},
-		HealthProbeBindAddress:  opts.ProbeAddress,
+		Scheme:  scheme,
+		Cache:   controller.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: opts.MetricsAddress},
+		// The probes are ours (internal/health, served below), so that
+		// both binaries answer /healthz?strict=true alike.
+		HealthProbeBindAddress:  "0",
 		LeaderElection:          opts.LeaderElect,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
@@ -95,31 +98,43 @@ func run(ctx context.Context, opts *Options, logs io.Writer) error {
 		QuiescenceWindow:        opts.QuiescenceWindow,
 		MaxRequeueDelay:         opts.MaxRequeueDelay,
 	}
+	r.Answers = &health.Answers{}
+	checks := []health.Check{{
+		// Ready once the informers have synced: before that a replica
+		// would compute status from an empty cache.
+		Name: "informers",
+		Ready: func() error {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if !mgr.GetCache().WaitForCacheSync(ctx) {
+				return errors.New("the informer cache has not synced yet")
+			}
+			return nil
+		},
+	}, {
+		Name: "errors", Strict: r.Answers.RatioCheck(opts.Strict.MaxErrorRatio), Detail: r.Answers.Detail,
+	}}
 	if opts.Audit {
-		engine, err := startPolicies(ctx, mgr, opts, logs)
+		engine, source, err := startPolicies(ctx, mgr, opts, logs)
 		if err != nil {
 			return err
 		}
+		check := health.Check{Name: "policies", Detail: source.Status}
+		if reloader, ok := source.(*policies.Reloader); ok {
+			check.Strict = health.PoliciesCheck(reloader.ReloadState, opts.Strict, nil)
+		}
+		checks = append(checks, check)
 		r.Policies = engine
 		r.Audit = &controller.AuditOptions{Interval: opts.AuditInterval, Rate: opts.AuditRate, Reports: opts.PolicyReports}
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("add the liveness check: %w", err)
-	}
-	// Ready once the informers have synced: before that a replica would
-	// compute status from an empty cache.
-	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
-		defer cancel()
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
-			return errors.New("the informer cache has not synced yet")
+	if opts.ProbeAddress != "0" {
+		probes := health.NewHandler(health.Options{Registerer: ctrlmetrics.Registry, Checks: checks, Profiling: opts.Profiling})
+		if err := mgr.Add(everyReplica(func(ctx context.Context) error { return serveProbes(ctx, opts.ProbeAddress, probes) })); err != nil {
+			return fmt.Errorf("add the probe server: %w", err)
 		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("add the readiness check: %w", err)
 	}
 
 	logger.Info("starting qn-controller", "apiserver", cfg.Host, "leaderElect", opts.LeaderElect,
@@ -135,7 +150,7 @@ func run(ctx context.Context, opts *Options, logs io.Writer) error {
 // source qn-webhook serves (the bundled set, or --policy-dir followed and
 // hot-reloaded, the last good set kept), and keeps it current on every
 // replica, so a new leader audits with the newest set at once.
-func startPolicies(ctx context.Context, mgr ctrl.Manager, opts *Options, logs io.Writer) (*policies.Engine, error) {
+func startPolicies(ctx context.Context, mgr ctrl.Manager, opts *Options, logs io.Writer) (*policies.Engine, policies.Source, error) {
 	level, _ := opts.level() // checked by Validate
 	handlerOpts := &slog.HandlerOptions{Level: level}
 	slogger := slog.New(slog.NewJSONHandler(logs, handlerOpts))
@@ -147,7 +162,7 @@ func startPolicies(ctx context.Context, mgr ctrl.Manager, opts *Options, logs io
 	source := policies.Bundled(loadOpts)
 	if opts.PolicyDir != "" {
 		if _, err := os.Stat(filepath.Join(opts.PolicyDir, policies.RolesFile)); err != nil {
-			return nil, fmt.Errorf("--policy-dir %s: %w", opts.PolicyDir, err)
+			return nil, nil, fmt.Errorf("--policy-dir %s: %w", opts.PolicyDir, err)
 		}
 		source = policies.NewReloader(opts.PolicyDir, policies.ReloaderOptions{
 			Load: loadOpts, Watch: dirwatch.Options{PollInterval: opts.PolicyPollInterval, Logger: slogger},
@@ -156,14 +171,30 @@ func startPolicies(ctx context.Context, mgr ctrl.Manager, opts *Options, logs io
 	}
 	set, err := source.Load(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	metrics.Reloaded(set.Revision, nil)
 	engine := policies.NewEngine(set, policies.EngineOptions{Metrics: metrics})
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error { return source.Run(ctx, engine) })); err != nil {
-		return nil, fmt.Errorf("add the policy watcher: %w", err)
+		return nil, nil, fmt.Errorf("add the policy watcher: %w", err)
 	}
-	return engine, nil
+	return engine, source, nil
+}
+
+// serveProbes serves the probe handler on address until ctx ends. Unlike
+// admission traffic there is nothing to drain: a probe is retried.
+func serveProbes(ctx context.Context, address string, h http.Handler) error {
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return fmt.Errorf("listen for probes on %s: %w", address, err)
+	}
+	server := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 64 << 10}
+	stop := context.AfterFunc(ctx, func() { server.Close() })
+	defer stop()
+	if err := server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("probe server on %s: %w", address, err)
+	}
+	return nil
 }
 
 // everyReplica is a manager Runnable that runs on every replica, not only

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/quantumnode/qn-admission/internal/health"
 )
 
 // Options configure qn-controller. One struct, bound to flags by AddFlags;
@@ -69,6 +71,11 @@ type Options struct {
 	QuiescenceWindow time.Duration
 	// MaxRequeueDelay caps the wait for quiescence.
 	MaxRequeueDelay time.Duration
+
+	// Strict are the thresholds of /healthz?strict=true, as qn-webhook's.
+	Strict health.StrictOptions
+	// Profiling serves net/http/pprof on the probe address.
+	Profiling bool
 }
 
 // LeaderElectionID names the Lease the replicas compete for.
@@ -96,6 +103,7 @@ func NewOptions(getenv func(string) string) *Options {
 		PolicyReports:      true,
 		QuiescenceWindow:   3 * time.Second,
 		MaxRequeueDelay:    30 * time.Second,
+		Strict:             health.DefaultStrictOptions(),
 	}
 }
 
@@ -109,7 +117,9 @@ func inCluster(getenv func(string) string) bool {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig file; empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account.")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, `Address of /metrics (plain HTTP); "0" disables it.`)
-	fs.StringVar(&o.ProbeAddress, "health-probe-bind-address", o.ProbeAddress, `Address of /healthz and /readyz; "0" disables them.`)
+	fs.StringVar(&o.ProbeAddress, "health-probe-bind-address", o.ProbeAddress, `Address of /healthz and /readyz (and their ?strict=true form); "0" disables them.`)
+	o.Strict.AddFlags(fs)
+	fs.BoolVar(&o.Profiling, "pprof", o.Profiling, "Serve net/http/pprof under /debug/pprof/ on --health-probe-bind-address (off by default).")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take turns with other replicas through a Lease. Defaults to true in a Pod, false elsewhere.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease; in a Pod, defaults to the Pod's namespace.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "How many QuantumNodes may reconcile at once.")
@@ -159,6 +169,9 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return fmt.Errorf("--max-requeue-delay must be positive and at least --quiescence-window (%s), got %s", o.QuiescenceWindow, o.MaxRequeueDelay)
 	}
 	if _, err := o.level(); err != nil {
+		return err
+	}
+	if err := o.Strict.Validate(); err != nil {
 		return err
 	}
 	for flag, addr := range map[string]string{"--metrics-bind-address": o.MetricsAddress, "--health-probe-bind-address": o.ProbeAddress} {

@@ -129,6 +129,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		"--health-probe-bind-address="+probeAddr,
 		"--leader-elect", "--leader-election-namespace=qn-system",
 		"--policy-dir="+policyDir, "--quiescence-window=0s",
+		"--policy-poll-interval=100ms", "--strict-reload-grace=1s", "--pprof",
 		"--log-format=text")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
 	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
@@ -226,6 +227,37 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		}
 		return fmt.Errorf("conditions %+v", got.Status.Conditions)
 	}))
+	// Strict health as qn-webhook's: a broken policy push keeps the last
+	// good set auditing and the replica live and ready, fails strict
+	// health after the grace, and the fix clears it.
+	eventually(t, "strict health passes and lists the checks", alive(func() error {
+		return probeSays("http://"+probeAddr+"/healthz?strict=true&verbose", 200, "[+]informers ok", "[+]errors ok: ", "[+]policies ok: serving sha256:")
+	}))
+	broken := filepath.Join(policyDir, "broken.rego")
+	if err := os.WriteFile(broken, []byte("package t.broken\ndeny contains msg if {\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "strict health fails on the broken push", alive(func() error {
+		return probeSays("http://"+probeAddr+"/healthz?strict=true", 503, "[-]policies failed (strict): the policy source has failed to load for", "broken.rego")
+	}))
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if err := probeSays("http://"+probeAddr+path, 200, "ok"); err != nil {
+			t.Errorf("a broken push must not fail plain %s: %v", path, err)
+		}
+	}
+	eventually(t, "the failing gauge is on /metrics", alive(func() error {
+		return probeSays("http://"+metricsAddr+"/metrics", 200, `qn_health_check_failing{check="policies"} 1`)
+	}))
+	if err := os.Remove(broken); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "strict health passes again after the fix", alive(func() error {
+		return probeSays("http://"+probeAddr+"/healthz?strict=true", 200, "ok")
+	}))
+	if err := probeSays("http://"+probeAddr+"/debug/pprof/", 200, "goroutine"); err != nil {
+		t.Errorf("--pprof serves the profile index on the probe address: %v", err)
+	}
+
 	lease := &coordinationv1.Lease{}
 	leaseKey := client.ObjectKey{Namespace: "qn-system", Name: LeaderElectionID}
 	if err := c.Get(ctx, leaseKey, lease); err != nil {
@@ -311,6 +343,29 @@ func get(url string) (string, error) {
 		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
 	}
 	return string(body), nil
+}
+
+// probeSays is nil when GET url answers code with a body containing every
+// want.
+func probeSays(url string, code int, want ...string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != code {
+		return fmt.Errorf("GET %s: %s, want %d: %s", url, resp.Status, code, body)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(body), w) {
+			return fmt.Errorf("GET %s: no %q in %s", url, w, body)
+		}
+	}
+	return nil
 }
 
 // eventually polls check until it returns nil or the deadline passes.

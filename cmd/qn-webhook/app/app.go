@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/quantumnode/qn-admission/certs"
+	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/dirwatch"
 	"github.com/quantumnode/qn-admission/policies/window"
@@ -52,8 +53,11 @@ type Program struct {
 	TLSConfig    *tls.Config
 	// Handler answers POST /validate and POST /mutate.
 	Handler http.Handler
-	// Checks make up /readyz, in order; Serve adds a draining check last.
-	Checks []webhook.Check
+	// Checks make up /readyz and strict health, in order; Serve adds a
+	// draining check last.
+	Checks []health.Check
+	// Answers counts answers and failed answers for strict health.
+	Answers *health.Answers
 	// Tasks run beside the servers until they have drained.
 	Tasks []Task
 	// AdmissionListener and ProbeListener are bound; Serve closes them.
@@ -88,7 +92,7 @@ func Build(ctx context.Context, o *Options, logger *slog.Logger) (_ *Program, er
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Program{Options: o, Logger: logger, Registry: prometheus.NewRegistry()}
+	p := &Program{Options: o, Logger: logger, Registry: prometheus.NewRegistry(), Answers: &health.Answers{}}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -123,6 +127,7 @@ func (p *Program) Serve(ctx context.Context) error {
 		TLSConfig:   p.TLSConfig,
 		Registry:    p.Registry,
 		Checks:      p.Checks,
+		Profiling:   p.Options.Profiling,
 		GracePeriod: p.Options.ShutdownGracePeriod,
 		Logger:      p.Logger,
 	}
@@ -167,7 +172,14 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 	p.Engine = policies.NewEngine(set, policies.EngineOptions{Metrics: metrics, Windows: p.Windows})
 	// A failed reload does not make us unready: the last good set keeps
 	// serving, and failing every replica's probe would lock writes out.
-	p.Checks = append(p.Checks, webhook.Check{Name: "policies", Check: func() error { return nil }, Detail: p.Policies.Status})
+	// Strict health fails after the grace, so a person is paged instead.
+	policiesCheck := health.Check{Name: "policies", Detail: p.Policies.Status}
+	if reloader, ok := p.Policies.(*policies.Reloader); ok {
+		policiesCheck.Strict = health.PoliciesCheck(reloader.ReloadState, o.Strict, nil)
+	}
+	p.Checks = append(p.Checks, policiesCheck, health.Check{
+		Name: "errors", Strict: p.Answers.RatioCheck(o.Strict.MaxErrorRatio), Detail: p.Answers.Detail,
+	})
 	p.Tasks = append(p.Tasks, Task{Name: watcherName, Run: func(ctx context.Context) error { return p.Policies.Run(ctx, p.Engine) }})
 	return nil
 }
@@ -186,6 +198,7 @@ func (p *Program) buildHandler(context.Context) error {
 		Logger:               p.Logger,
 		DecisionLog:          decisionLog,
 		Metrics:              webhook.NewMetrics(p.Registry),
+		Answers:              p.Answers,
 	})
 	return nil
 }
@@ -227,12 +240,13 @@ func (p *Program) buildCertificates(context.Context) error {
 	// A rotated pair that cannot be served keeps the previous one serving
 	// and the replica ready (failing readiness on every replica over one
 	// bad Secret would stop admission); the detail and the metrics say it.
-	p.Checks = append(p.Checks, webhook.Check{Name: "certificate", Check: source.Ready, Detail: func() string {
-		if err := source.Healthy(); err != nil {
-			return "WARNING: " + err.Error()
-		}
-		return "serving, expires " + source.NotAfter().UTC().Format(time.RFC3339)
-	}})
+	p.Checks = append(p.Checks, health.Check{Name: "certificate", Ready: source.Ready,
+		Strict: health.CertificateCheck(source.Healthy, source.NotAfter, o.StrictCertMinValidity, nil), Detail: func() string {
+			if err := source.Healthy(); err != nil {
+				return "WARNING: " + err.Error()
+			}
+			return "serving, expires " + source.NotAfter().UTC().Format(time.RFC3339)
+		}})
 	p.Registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "qn_certificate_reload_errors_total",

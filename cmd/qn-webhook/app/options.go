@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
@@ -79,6 +80,14 @@ type Options struct {
 	// WindowStoreTimeout bounds one window call; past it the role's
 	// onStoreError decides.
 	WindowStoreTimeout time.Duration
+
+	// Strict are the thresholds of /healthz?strict=true.
+	Strict health.StrictOptions
+	// StrictCertMinValidity fails strict health when the serving
+	// certificate expires sooner.
+	StrictCertMinValidity time.Duration
+	// Profiling serves net/http/pprof on the probe address.
+	Profiling bool
 }
 
 // Window stores.
@@ -108,6 +117,10 @@ func NewOptions() *Options {
 		WindowStore:          WindowStoreMemory,
 		Redis:                window.RedisConfig{Address: "localhost:6379"},
 		WindowStoreTimeout:   window.DefaultStoreTimeout,
+		Strict:               health.DefaultStrictOptions(),
+		// cert-manager renews at two thirds of the lifetime (30 of 90
+		// days left); a week left means renewal has failed for weeks.
+		StrictCertMinValidity: 7 * 24 * time.Hour,
 	}
 }
 
@@ -139,6 +152,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Redis.PasswordFile, "redis-password-file", o.Redis.PasswordFile, "File holding the Redis password (a mounted Secret); re-read on every new connection.")
 	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "Connect to Redis with TLS (1.2 or later), verifying its certificate.")
 	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "With --redis-tls, the CA that signed Redis's certificate (default: the system roots).")
+	o.Strict.AddFlags(fs)
+	fs.DurationVar(&o.StrictCertMinValidity, "strict-cert-min-validity", o.StrictCertMinValidity, "Fail /healthz?strict=true when the serving certificate expires sooner than this.")
+	fs.BoolVar(&o.Profiling, "pprof", o.Profiling, "Serve net/http/pprof under /debug/pprof/ on --probe-address (off by default: profiles show request data and cost CPU).")
 	fs.DurationVar(&o.WindowStoreTimeout, "window-store-timeout", o.WindowStoreTimeout, "How long one rate window call may wait for the store; past it each role's window.onStoreError (failOpen or failClosed) decides.")
 }
 
@@ -167,6 +183,11 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--window-store-timeout must be positive and below %s (the longest webhook timeout), got %s", maxWindowStoreTimeout, o.WindowStoreTimeout)
 	case o.Redis.TLSCAFile != "" && !o.Redis.TLS:
 		return fmt.Errorf("--redis-tls-ca-file is set but --redis-tls is not; add --redis-tls")
+	case o.StrictCertMinValidity < 0:
+		return fmt.Errorf("--strict-cert-min-validity must not be negative, got %s", o.StrictCertMinValidity)
+	}
+	if err := o.Strict.Validate(); err != nil {
+		return err
 	}
 	if o.WindowStore == WindowStoreRedis {
 		if _, _, err := net.SplitHostPort(o.Redis.Address); err != nil {

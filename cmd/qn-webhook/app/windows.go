@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies/window"
-	"github.com/quantumnode/qn-admission/webhook"
 )
 
 // buildWindows makes the rate window store: in this process, or in Redis
@@ -41,9 +42,31 @@ func (p *Program) buildWindows(ctx context.Context) error {
 	p.Windows = window.NewGuard(store, opts)
 	p.Logger.Info("rate windows", "store", opts.Name, "address", opts.Address, "timeout", o.WindowStoreTimeout.String())
 	// Never unready because of the store, for the reason above; the
-	// detail says how it is doing.
-	p.Checks = append(p.Checks, webhook.Check{Name: "windows", Check: func() error { return nil }, Detail: p.windowsStatus})
+	// detail says how it is doing, and strict health whether the shared
+	// store answers within its deadline.
+	check := health.Check{Name: "windows", Detail: p.windowsStatus}
+	if o.WindowStore == WindowStoreRedis {
+		check.Strict = pingStore(store, opts.Name, opts.Address, o.WindowStoreTimeout)
+	}
+	p.Checks = append(p.Checks, check)
 	return nil
+}
+
+// pingStore is a strict check: one read-only window call (the same script
+// requests run) on a key of its own must answer within the deadline. It
+// calls the store directly, not through the Guard, so a probe neither
+// counts in the request metrics nor changes how requests are served.
+func pingStore(store window.Store, name, address string, deadline time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, deadline)
+		defer cancel()
+		start := time.Now()
+		if _, err := store.Peek(ctx, "qn-health-ping", window.Limit{Count: 1, Period: time.Second}); err != nil {
+			return fmt.Errorf("the %s window store at %s did not answer within its deadline %s (after %s): %w",
+				name, address, deadline, time.Since(start).Round(time.Millisecond), err)
+		}
+		return nil
+	}
 }
 
 // windowsStatus is the readiness detail of the window store: its health
