@@ -38,6 +38,9 @@ func TestProgramCountsWindowsInRedis(t *testing.T) {
 			t.Errorf("/readyz?verbose lacks %q:\n%s", want, ready)
 		}
 	}
+	if code, body := s.probe(t, "/healthz?strict=true"); code != 200 {
+		t.Errorf("with Redis answering, strict health passes: %d %q", code, body)
+	}
 	_, metrics := s.probe(t, "/metrics")
 	for _, want := range []string{`qn_window_store_duration_seconds_count{op="take",store="redis"} 2`, `qn_window_store_up{store="redis"} 1`} {
 		if !strings.Contains(metrics, want) {
@@ -68,6 +71,10 @@ func TestProgramStartsWhileRedisIsDown(t *testing.T) {
 	code, ready := s.probe(t, "/readyz?verbose")
 	if code != 200 || !strings.Contains(ready, "DOWN since") || !strings.Contains(ready, "connection refused") {
 		t.Fatalf("/readyz?verbose with Redis down: %d\n%s", code, ready)
+	}
+	code, strict := s.probe(t, "/healthz?strict=true")
+	if code != 503 || !strings.Contains(strict, "[-]windows failed (strict): the redis window store at "+nobody+" did not answer within its deadline 100ms") {
+		t.Errorf("strict health with Redis down: %d %q, want 503 naming the store", code, strict)
 	}
 	if !strings.Contains(s.logs.String(), "Redis does not answer yet") {
 		t.Errorf("no warning at start:\n%s", s.logs.String())
