@@ -59,18 +59,21 @@ var controllerFlag = regexp.MustCompile(`fs\.\w+Var\(&o\.\w+, "([a-z0-9-]+)"`)
 
 // Every argument the chart gives qn-controller is one of its flags.
 func TestControllerArgsAreItsFlags(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(Dir(), "..", "..", "cmd", "qn-controller", "options.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	known := map[string]bool{}
-	for _, m := range controllerFlag.FindAllStringSubmatch(string(src), -1) {
-		known[m[1]] = true
+	// Its own flags, and the strict health flags both binaries share.
+	for _, file := range []string{"cmd/qn-controller/options.go", "internal/health/checks.go"} {
+		src, err := os.ReadFile(filepath.Join(Dir(), "..", "..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range controllerFlag.FindAllStringSubmatch(string(src), -1) {
+			known[m[1]] = true
+		}
 	}
 	if len(known) < 5 {
 		t.Fatalf("found only flags %v in cmd/qn-controller/options.go: has the way flags are declared changed?", keys(known))
 	}
-	rel := render(t, "")
+	rel := render(t, "profiling: {enabled: true}")
 	c := container(t, &get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller").Spec.Template.Spec, "qn-controller")
 	for _, arg := range c.Args {
 		name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
@@ -78,7 +81,7 @@ func TestControllerArgsAreItsFlags(t *testing.T) {
 			t.Errorf("qn-controller has no flag for %q (its flags: %v)", arg, keys(known))
 		}
 	}
-	for _, want := range []string{"leader-elect", "leader-election-namespace", "health-probe-bind-address"} {
+	for _, want := range []string{"leader-elect", "leader-election-namespace", "health-probe-bind-address", "strict-reload-grace", "pprof"} {
 		if _, ok := flag(c.Args, want); !ok {
 			t.Errorf("qn-controller is not given --%s", want)
 		}

@@ -22,6 +22,30 @@ var variations = map[string]struct {
 	values string
 	check  func(t *testing.T, rel *Release)
 }{
+	"strict health thresholds and profiling: passed to both binaries, the kubelet's probes stay plain": {
+		values: "health: {strict: {reloadGrace: 5m, maxPolicyAge: 24h, maxErrorRatio: 0.01, certMinValidity: 336h}}\nprofiling: {enabled: true}",
+		check: func(t *testing.T, rel *Release) {
+			web := container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "qn-webhook")
+			ctl := container(t, &get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller").Spec.Template.Spec, "qn-controller")
+			for _, c := range []*corev1.Container{web, ctl} {
+				for name, want := range map[string]string{"strict-reload-grace": "5m", "strict-max-policy-age": "24h", "strict-max-error-ratio": "0.01", "pprof": ""} {
+					if got, ok := flag(c.Args, name); !ok || got != want {
+						t.Errorf("%s: --%s = %q (given: %v), want %q", c.Name, name, got, ok, want)
+					}
+				}
+			}
+			if got, _ := flag(web.Args, "strict-cert-min-validity"); got != "336h" {
+				t.Errorf("qn-webhook: --strict-cert-min-validity = %q, want 336h", got)
+			}
+			for _, c := range []*corev1.Container{web, ctl} {
+				for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+					if p != nil && p.HTTPGet != nil && strings.Contains(p.HTTPGet.Path, "strict") {
+						t.Errorf("%s: a kubelet probe uses %s; strict health is for monitoring", c.Name, p.HTTPGet.Path)
+					}
+				}
+			}
+		},
+	},
 	"own Secret and caBundle: no cert-manager objects, the CA in both configurations": {
 		values: "certificates: {mode: secret, secret: {name: my-webhook-tls, caBundle: " + testCABundle + "}}",
 		check: func(t *testing.T, rel *Release) {
