@@ -76,6 +76,11 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Memory every 1/30 of the run (at least every second), RSS and the
+	// Go heap, so that growth is told apart from filling up.
+	probeAddress := server.LogField("serving admission webhooks", "probeAddress")
+	sampler := sampleMemory(server.PID, "http://"+probeAddress+"/metrics", max(duration/30, time.Second))
+
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	churned := make(chan churnCount, 1)
 	go func() { churned <- churn(churnCtx, t, policyDir, certDir, ca) }()
@@ -89,6 +94,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	samples := sampler.Stop()
 
 	t.Logf("soak %s at %.0f/s: %d requests, %d errors, p50 %s, p99 %s, max %s; %d policy pushes (%d broken), %d certificate rotations; RSS %.1f → %.1f MiB, peak %.1f MiB; server CPU %s",
 		duration, rate, result.Requests, result.Errors, result.Percentile(50), result.Percentile(99), result.Percentile(100),
@@ -101,6 +107,18 @@ func TestSoak(t *testing.T) {
 	}
 	if after.RSS > before.RSS*3/2 {
 		t.Errorf("RSS grew from %.1f to %.1f MiB during the soak", mib(before.RSS), mib(after.RSS))
+	}
+	t.Logf("memory, MiB RSS/heap in use: %s", series(samples, 3))
+	// A long soak is flat when the end is within ±10 % of its steady state,
+	// the first sample after a sixth of the run (5 minutes of 30).
+	if base, ok := steady(samples, duration/6); ok && duration >= 3*time.Minute {
+		t.Logf("steady state at %s: RSS %.1f MiB, heap %.1f MiB; end: RSS %.1f MiB (%+.1f %%), heap %.1f MiB",
+			base.at.Round(time.Second), mib(base.rss), mib(base.heapInUse), mib(after.RSS),
+			100*(float64(after.RSS)/float64(base.rss)-1), mib(samples[len(samples)-1].heapInUse))
+		if float64(after.RSS) > 1.10*float64(base.rss) {
+			t.Errorf("RSS grew from %.1f MiB at %s to %.1f MiB at the end: more than 10 %% over the steady state",
+				mib(base.rss), base.at.Round(time.Second), mib(after.RSS))
+		}
 	}
 }
 
