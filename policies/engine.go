@@ -9,9 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/quantumnode/qn-admission/internal/tracing"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -57,7 +59,7 @@ func (e *Engine) Current() *Set { return e.current.Load() }
 // request the policies admit, one slot of the role's rate window.
 // Warnings reach the user; nothing is patched.
 func (e *Engine) Validate(ctx context.Context, in *Input) Decision {
-	p := e.Plan(in, PathValidate)
+	p := e.tracedPlan(ctx, in, PathValidate)
 	return p.stamp(e.validate(ctx, p, in))
 }
 
@@ -66,8 +68,20 @@ func (e *Engine) Validate(ctx context.Context, in *Input) Decision {
 // object); a request the role table refuses passes through unpatched for the
 // validating webhook to refuse. A dryrun role proposes no patch.
 func (e *Engine) Mutate(ctx context.Context, in *Input) Decision {
-	p := e.Plan(in, PathMutate)
+	p := e.tracedPlan(ctx, in, PathMutate)
 	return p.stamp(e.mutate(ctx, p, in))
+}
+
+// tracedPlan is Plan in a "role" span when the request is traced.
+func (e *Engine) tracedPlan(ctx context.Context, in *Input, path Path) *Plan {
+	_, span := tracing.Child(ctx, "role")
+	p := e.Plan(in, path)
+	if span != nil {
+		span.SetAttributes(attribute.String("qn.role", p.Role), attribute.String("qn.exempt", p.Exempt),
+			attribute.Bool("qn.refused", p.Refusal != nil), attribute.String("qn.policy.revision", p.Set.Revision))
+		span.End()
+	}
+	return p
 }
 
 func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
@@ -85,7 +99,12 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 	}
 	facts := p.Facts
 	if p.Window != nil {
+		_, span := tracing.Child(ctx, "window")
 		st, err := e.peek(ctx, p, &v)
+		if span != nil {
+			span.SetAttributes(attribute.String("qn.window.op", "peek"), attribute.String("qn.window.key", string(p.Window.Key)))
+		}
+		tracing.End(span, err)
 		switch {
 		case errors.Is(err, window.ErrStoreUnavailable):
 			if v.refuse(storeRefusal(p)); v.settled() {
@@ -111,7 +130,16 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 		}
 	}
 	if p.Window != nil {
-		if d, ok := e.take(ctx, p, &v); !ok {
+		_, span := tracing.Child(ctx, "window")
+		d, ok := e.take(ctx, p, &v)
+		if span != nil {
+			span.SetAttributes(attribute.String("qn.window.op", "take"), attribute.String("qn.window.key", string(p.Window.Key)))
+			if v.window != nil {
+				span.SetAttributes(attribute.Int("qn.window.count", v.window.Count), attribute.Int("qn.window.limit", v.window.Limit))
+			}
+		}
+		tracing.End(span, nil)
+		if !ok {
 			return d
 		}
 	}
@@ -203,9 +231,15 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 		if err != nil {
 			return rego.Result{}, err
 		}
+		evalCtx, span := tracing.Child(ctx, "policy evaluation")
 		start := time.Now()
-		res, err = p.Query.Eval(ctx, value)
+		res, err = evalQuery(evalCtx, span, p.Query, value)
 		elapsed = time.Since(start)
+		if span != nil {
+			span.SetAttributes(attribute.String("qn.role", p.Role), attribute.StringSlice("qn.policy.packages", p.Query.Packages()),
+				attribute.Int("qn.policy.denials", len(res.Deny)), attribute.Int("qn.policy.warnings", len(res.Warn)))
+		}
+		tracing.End(span, err)
 		if err != nil {
 			e.metrics.evaluated(p.Role, elapsed, err)
 			return res, err
@@ -215,9 +249,14 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 		if err := in.goObjects(); err != nil {
 			return rego.Result{}, err
 		}
+		_, span := tracing.Child(ctx, "patterns")
 		start := time.Now()
 		judgePatterns(p.Patterns, in, &res)
 		elapsed += time.Since(start)
+		if span != nil {
+			span.SetAttributes(attribute.Int("qn.patterns", len(p.Patterns)))
+		}
+		tracing.End(span, nil)
 	}
 	e.metrics.evaluated(p.Role, elapsed, nil)
 	return res, nil

@@ -181,7 +181,7 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 	var bindings map[string]any
 	var err error
 	if len(opts) == 0 {
-		bindings, err = q.evalDirect(ctx, input)
+		bindings, err = q.evalDirect(ctx, input, nil)
 	} else {
 		bindings, err = q.evalPrepared(ctx, input, opts)
 	}
@@ -261,7 +261,7 @@ func (q *Query) evalPrepared(ctx context.Context, input ast.Value, opts []opareg
 // query does with the same options (strict built-in errors, indexing,
 // early exit), without its per-evaluation bookkeeping. Cancellation rides
 // on context.AfterFunc instead of a goroutine per evaluation.
-func (q *Query) evalDirect(ctx context.Context, input ast.Value) (map[string]any, error) {
+func (q *Query) evalDirect(ctx context.Context, input ast.Value, tracer topdown.QueryTracer) (map[string]any, error) {
 	cq := q.compiled
 	txn, err := cq.store.NewTransaction(ctx)
 	if err != nil {
@@ -281,6 +281,9 @@ func (q *Query) evalDirect(ctx context.Context, input ast.Value) (map[string]any
 		WithStrictBuiltinErrors(true).
 		WithCancel(cancel).
 		WithInput(ast.NewTerm(input))
+	if tracer != nil {
+		tq = tq.WithQueryTracer(tracer)
+	}
 	var bindings map[string]any
 	results := 0
 	err = tq.Iter(ctx, func(qr topdown.QueryResult) error {

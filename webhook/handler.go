@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/internal/health"
+	"github.com/quantumnode/qn-admission/internal/tracing"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -56,6 +58,10 @@ type HandlerOptions struct {
 	// Answers, when set, counts answers and failed answers (the role's
 	// onError answered, or our own 5xx) for strict health's error ratio.
 	Answers *health.Answers
+	// Tracer, when set, records a span tree per request (decode, role,
+	// window, policy evaluation with each package, encode), continuing the
+	// caller's W3C trace context. nil: no tracing, at no cost.
+	Tracer trace.Tracer
 }
 
 const (
@@ -182,10 +188,16 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			g.Inc()
 			defer g.Dec()
 		}
+		tr := h.startTrace(c.Request, webhook)
+		refuse := func(reqErr *requestError) {
+			d := policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message)
+			h.log(c.Request, webhook, nil, d, start)
+			writeRequestError(c.Writer, reqErr)
+			tr.end(nil, d, reqErr.status)
+		}
 		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes)
 		if reqErr != nil {
-			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
-			writeRequestError(c.Writer, reqErr)
+			refuse(reqErr)
 			return
 		}
 		// The body is read before a slot is taken, so a slow sender cannot
@@ -195,21 +207,24 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			if reqErr.status == http.StatusTooManyRequests {
 				c.Header("Retry-After", "1")
 			}
-			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
-			writeRequestError(c.Writer, reqErr)
+			refuse(reqErr)
 			return
 		}
 		defer release()
+		step := tr.step("decode")
 		rev, reqErr := decodeBody(body, h.opts.MaxRequestElements)
+		endStep(step)
 		if reqErr != nil {
-			h.log(c.Request, webhook, nil, policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message), start)
-			writeRequestError(c.Writer, reqErr)
+			refuse(reqErr)
 			return
 		}
 		c.Set(uidKey, rev.Request.UID)
-		answer, in, d := Answer(c.Request.Context(), h.decider, rev.Request, path, h.opts.Clock.Now())
+		answer, in, d := Answer(tr.ctx, h.decider, rev.Request, path, h.opts.Clock.Now())
+		step = tr.step("encode")
 		writeReview(c.Writer, http.StatusOK, answer)
+		endStep(step)
 		h.log(c.Request, webhook, in, d, start)
+		tr.end(in, d, http.StatusOK)
 	}
 }
 
@@ -217,7 +232,9 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 // and returns the AdmissionReview it would send, with the input and the
 // decision behind it. qnctl calls it, so offline answers are the server's.
 func Answer(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, path policies.Path, now time.Time) (*admissionv1.AdmissionReview, *policies.Input, policies.Decision) {
+	_, span := tracing.Child(ctx, "input")
 	in, err := extractInput(req, now)
+	tracing.End(span, err)
 	if err != nil {
 		dec := policies.BadRequest(err.Error())
 		return review(req.UID, dec, path), &policies.Input{Request: req}, dec

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/internal/health"
@@ -58,6 +59,8 @@ type Program struct {
 	Checks []health.Check
 	// Answers counts answers and failed answers for strict health.
 	Answers *health.Answers
+	// Tracer records each request's span tree; nil when tracing is off.
+	Tracer trace.Tracer
 	// Tasks run beside the servers until they have drained.
 	Tasks []Task
 	// AdmissionListener and ProbeListener are bound; Serve closes them.
@@ -99,7 +102,7 @@ func Build(ctx context.Context, o *Options, logger *slog.Logger) (_ *Program, er
 		}
 	}()
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, step := range []func(context.Context) error{p.buildWindows, p.buildPolicies, p.buildHandler, p.buildCertificates, p.listen} {
+	for _, step := range []func(context.Context) error{p.buildTracing, p.buildWindows, p.buildPolicies, p.buildHandler, p.buildCertificates, p.listen} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -199,6 +202,7 @@ func (p *Program) buildHandler(context.Context) error {
 		DecisionLog:          decisionLog,
 		Metrics:              webhook.NewMetrics(p.Registry),
 		Answers:              p.Answers,
+		Tracer:               p.Tracer,
 	})
 	return nil
 }

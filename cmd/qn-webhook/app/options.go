@@ -88,6 +88,16 @@ type Options struct {
 	StrictCertMinValidity time.Duration
 	// Profiling serves net/http/pprof on the probe address.
 	Profiling bool
+
+	// OTLPEndpoint receives spans over OTLP/gRPC (host:port or a URL);
+	// empty falls back to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT and
+	// OTEL_EXPORTER_OTLP_ENDPOINT, and with none of them tracing is off.
+	OTLPEndpoint string
+	// OTLPInsecure sends spans without TLS.
+	OTLPInsecure bool
+	// TraceSampleRatio is the share of requests traced when the caller
+	// sent no sampling decision of its own.
+	TraceSampleRatio float64
 }
 
 // Window stores.
@@ -121,6 +131,10 @@ func NewOptions() *Options {
 		// cert-manager renews at two thirds of the lifetime (30 of 90
 		// days left); a week left means renewal has failed for weeks.
 		StrictCertMinValidity: 7 * 24 * time.Hour,
+		// A sampled request is evaluated with a tracer that times each
+		// policy package (about twice the evaluation's cost): one in ten
+		// keeps that affordable; the API server's own decision wins.
+		TraceSampleRatio: 0.1,
 	}
 }
 
@@ -154,6 +168,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "With --redis-tls, the CA that signed Redis's certificate (default: the system roots).")
 	o.Strict.AddFlags(fs)
 	fs.DurationVar(&o.StrictCertMinValidity, "strict-cert-min-validity", o.StrictCertMinValidity, "Fail /healthz?strict=true when the serving certificate expires sooner than this.")
+	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", o.OTLPEndpoint, "OTLP/gRPC endpoint for traces (host:port, or http:// / https:// URL); empty uses OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, and with neither tracing is off.")
+	fs.BoolVar(&o.OTLPInsecure, "otlp-insecure", o.OTLPInsecure, "Send traces to --otlp-endpoint without TLS.")
+	fs.Float64Var(&o.TraceSampleRatio, "trace-sample-ratio", o.TraceSampleRatio, "Share of requests traced when the caller (the API server) sent no sampling decision; its decision is followed when it does.")
 	fs.BoolVar(&o.Profiling, "pprof", o.Profiling, "Serve net/http/pprof under /debug/pprof/ on --probe-address (off by default: profiles show request data and cost CPU).")
 	fs.DurationVar(&o.WindowStoreTimeout, "window-store-timeout", o.WindowStoreTimeout, "How long one rate window call may wait for the store; past it each role's window.onStoreError (failOpen or failClosed) decides.")
 }
@@ -183,6 +200,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--window-store-timeout must be positive and below %s (the longest webhook timeout), got %s", maxWindowStoreTimeout, o.WindowStoreTimeout)
 	case o.Redis.TLSCAFile != "" && !o.Redis.TLS:
 		return fmt.Errorf("--redis-tls-ca-file is set but --redis-tls is not; add --redis-tls")
+	case o.TraceSampleRatio < 0 || o.TraceSampleRatio > 1:
+		return fmt.Errorf("--trace-sample-ratio must be between 0 and 1, got %g", o.TraceSampleRatio)
 	case o.StrictCertMinValidity < 0:
 		return fmt.Errorf("--strict-cert-min-validity must not be negative, got %s", o.StrictCertMinValidity)
 	}
