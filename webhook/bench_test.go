@@ -12,8 +12,11 @@ import (
 	"testing/fstest"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/quantumnode/qn-admission/internal/tracing"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
@@ -50,7 +53,9 @@ func must(f io.Reader, err error) io.Reader {
 	return f
 }
 
-func benchmarkValidate(b *testing.B, fsys fstest.MapFS) {
+func benchmarkValidate(b *testing.B, fsys fstest.MapFS) { benchmarkValidateTraced(b, fsys, nil) }
+
+func benchmarkValidateTraced(b *testing.B, fsys fstest.MapFS, tracer trace.Tracer) {
 	var set *policies.Set
 	var err error
 	if fsys == nil {
@@ -65,7 +70,7 @@ func benchmarkValidate(b *testing.B, fsys fstest.MapFS) {
 	// limit, so every iteration takes the full path including a window slot.
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
 	engine := policies.NewEngine(set, policies.EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})})
-	h := NewHandler(engine, HandlerOptions{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	h := NewHandler(engine, HandlerOptions{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Tracer: tracer})
 	bodies := make([]string, 1024)
 	for i := range bodies {
 		bodies[i] = fmt.Sprintf(realtimeReview, i)
@@ -93,4 +98,18 @@ func BenchmarkValidateRealtime(b *testing.B) { benchmarkValidate(b, nil) }
 // policy each; realtime's cost must stay flat.
 func BenchmarkValidateRealtimeWith1000OtherPolicies(b *testing.B) {
 	benchmarkValidate(b, withExtraRoles(1000))
+}
+
+// BenchmarkValidateRealtimeTracing is the same path with a tracer: "not
+// sampled" is what most requests cost with tracing on at a ratio below 1,
+// "sampled" what a recorded request costs (spans built, not exported: the
+// batch exporter sends them off the request path).
+func BenchmarkValidateRealtimeTracing(b *testing.B) {
+	for name, sampler := range map[string]sdktrace.Sampler{"not sampled": sdktrace.NeverSample(), "sampled": sdktrace.AlwaysSample()} {
+		b.Run(name, func(b *testing.B) {
+			provider := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
+			defer provider.Shutdown(context.Background())
+			benchmarkValidateTraced(b, nil, provider.Tracer(tracing.Scope))
+		})
+	}
 }

@@ -87,3 +87,18 @@ func TestControllerArgsAreItsFlags(t *testing.T) {
 		}
 	}
 }
+
+// Tracing and profiling are off unless switched on: the default rendering
+// gives neither binary --otlp-endpoint nor --pprof.
+func TestTracingAndProfilingAreOffByDefault(t *testing.T) {
+	rel := render(t, "")
+	web := container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "qn-webhook")
+	ctl := container(t, &get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller").Spec.Template.Spec, "qn-controller")
+	for _, c := range []*corev1.Container{web, ctl} {
+		for _, name := range []string{"otlp-endpoint", "pprof"} {
+			if v, ok := flag(c.Args, name); ok {
+				t.Errorf("%s is given --%s=%s by default", c.Name, name, v)
+			}
+		}
+	}
+}

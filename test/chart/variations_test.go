@@ -46,6 +46,17 @@ var variations = map[string]struct {
 			}
 		},
 	},
+	"tracing to a collector: the endpoint, ratio and plaintext switch reach qn-webhook": {
+		values: "tracing: {enabled: true, otlpEndpoint: otel-collector.observability:4317, insecure: true, sampleRatio: 0.25}",
+		check: func(t *testing.T, rel *Release) {
+			web := container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "qn-webhook")
+			for name, want := range map[string]string{"otlp-endpoint": "otel-collector.observability:4317", "trace-sample-ratio": "0.25", "otlp-insecure": ""} {
+				if got, ok := flag(web.Args, name); !ok || got != want {
+					t.Errorf("--%s = %q (given: %v), want %q", name, got, ok, want)
+				}
+			}
+		},
+	},
 	"own Secret and caBundle: no cert-manager objects, the CA in both configurations": {
 		values: "certificates: {mode: secret, secret: {name: my-webhook-tls, caBundle: " + testCABundle + "}}",
 		check: func(t *testing.T, rel *Release) {
