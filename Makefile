@@ -15,8 +15,13 @@ run-controller:
 	$(GO) run ./cmd/qn-controller
 
 ## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver
-test: fmt-check vet staticcheck policy-test
+test: fmt-check vet staticcheck policy-test alerts-test
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -race -count=1 -timeout 25m ./...
+
+## alerts-test: the chart's alerts and dashboard checked with Prometheus' rule parser and query engine (test/alerts, a module of its own)
+.PHONY: alerts-test
+alerts-test:
+	cd test/alerts && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## policy-test: the bundled policies' Rego unit tests and fixture cases, run by qnctl as a policy author would
 .PHONY: policy-test

@@ -170,6 +170,7 @@ func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool)
 		return v.failed(fmt.Errorf("take a slot of rate window %s: %w", w.Key, err)), false
 	}
 	v.window = windowState(w.Spec, st)
+	e.metrics.windowUsed(p.Role, st.Count, st.Limit)
 	if !admitted {
 		e.metrics.windowRejected(p.Role)
 		d := TooManyRequests(windowMessage(p.Role, w.Spec, p.Facts, st))

@@ -12,6 +12,7 @@ type Metrics struct {
 	evalDuration     *prometheus.HistogramVec
 	evalErrors       *prometheus.CounterVec
 	windowRejections *prometheus.CounterVec
+	windowUsage      *prometheus.HistogramVec
 	reloads          *prometheus.CounterVec
 	activeRevision   *prometheus.GaugeVec
 	reloadFailing    prometheus.Gauge
@@ -33,6 +34,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "qn_admission_window_rejections_total",
 			Help: "Changes refused because the role's rate window was full, by role.",
 		}, []string{"role"}),
+		windowUsage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "qn_admission_window_usage_ratio",
+			Help:    "How full the requester's rate window is after each change it counts (count/limit), by role: how close requesters come to their limit.",
+			Buckets: []float64{.1, .25, .5, .75, .9, 1},
+		}, []string{"role"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qn_admission_policy_reloads_total",
 			Help: "Policy directory reloads, by result (success|failure).",
@@ -46,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the policy directory's current content is not being served (the last reload failed, or the directory is deleted or unreadable) and the last good set serves instead; 0 otherwise.",
 		}),
 	}
-	reg.MustRegister(m.evalDuration, m.evalErrors, m.windowRejections, m.reloads, m.activeRevision, m.reloadFailing)
+	reg.MustRegister(m.evalDuration, m.evalErrors, m.windowRejections, m.windowUsage, m.reloads, m.activeRevision, m.reloadFailing)
 	return m
 }
 
@@ -57,6 +63,12 @@ func (m *Metrics) evaluated(role string, d time.Duration, err error) {
 	m.evalDuration.WithLabelValues(role).Observe(d.Seconds())
 	if err != nil {
 		m.evalErrors.WithLabelValues(role).Inc()
+	}
+}
+
+func (m *Metrics) windowUsed(role string, count, limit int) {
+	if m != nil && limit > 0 {
+		m.windowUsage.WithLabelValues(role).Observe(float64(count) / float64(limit))
 	}
 }
 

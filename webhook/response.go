@@ -83,7 +83,9 @@ func auditAnnotations(d policies.Decision) map[string]string {
 // outcome names a decision for logs, metrics and audit annotations.
 func outcome(d policies.Decision) string {
 	switch {
-	case d.Code >= 500:
+	// An answer from the role's onError is an error even when it admits:
+	// the policies did not decide it.
+	case d.Code >= 500 || d.PolicyFailed:
 		return "error"
 	case !d.Allowed:
 		return "denied"

@@ -27,6 +27,11 @@ import (
 // deploy/crds, without making it a dependency of ours.
 const CertManagerVersion = "v1.21.2"
 
+// PrometheusOperatorVersion is the Prometheus Operator release whose
+// ServiceMonitor and PrometheusRule CRDs check the chart's monitoring
+// objects, read from its module the same way.
+const PrometheusOperatorVersion = "v0.85.0"
+
 var (
 	clusterOnce sync.Once
 	clusterVal  *e2e.Cluster
@@ -54,7 +59,14 @@ func cluster(t *testing.T) *e2e.Cluster {
 	}
 	clusterOnce.Do(func() {
 		start := time.Now()
-		dir, err := certManagerCRDs(context.Background())
+		certManager, err := moduleCRDs(context.Background(), "github.com/cert-manager/cert-manager@"+CertManagerVersion, "deploy/crds")
+		if err != nil {
+			clusterErr = err
+			return
+		}
+		operator, err := moduleCRDs(context.Background(), "github.com/prometheus-operator/prometheus-operator@"+PrometheusOperatorVersion,
+			"example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+			"example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml")
 		if err != nil {
 			clusterErr = err
 			return
@@ -62,12 +74,12 @@ func cluster(t *testing.T) *e2e.Cluster {
 		if clusterVal, clusterErr = e2e.StartCluster(); clusterErr != nil {
 			return
 		}
-		_, err = envtest.InstallCRDs(clusterVal.Config, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true})
+		_, err = envtest.InstallCRDs(clusterVal.Config, envtest.CRDInstallOptions{Paths: append(certManager, operator...), ErrorIfPathMissing: true})
 		if err != nil {
-			clusterErr = fmt.Errorf("install cert-manager %s CRDs from %s: %w", CertManagerVersion, dir, err)
+			clusterErr = fmt.Errorf("install the cert-manager %s and Prometheus Operator %s CRDs: %w", CertManagerVersion, PrometheusOperatorVersion, err)
 			return
 		}
-		fmt.Printf("chart: kube-apiserver with the QuantumNode and cert-manager CRDs up in %s\n", time.Since(start).Round(time.Millisecond))
+		fmt.Printf("chart: kube-apiserver with the QuantumNode, cert-manager and Prometheus Operator CRDs up in %s\n", time.Since(start).Round(time.Millisecond))
 	})
 	if clusterErr != nil {
 		t.Fatal(clusterErr)
@@ -75,36 +87,39 @@ func cluster(t *testing.T) *e2e.Cluster {
 	return clusterVal
 }
 
-// certManagerCRDs returns the deploy/crds directory of the cert-manager
-// module, downloading it into the module cache the first time. It runs
-// outside our module so that go.mod is left alone.
-func certManagerCRDs(ctx context.Context) (string, error) {
+// moduleCRDs downloads mod into the module cache (the first time) and
+// returns the paths of the named CRD files in it, checked to exist. It
+// runs outside our module so that go.mod is left alone.
+func moduleCRDs(ctx context.Context, mod string, files ...string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	mod := "github.com/cert-manager/cert-manager@" + CertManagerVersion
-	dir, err := os.MkdirTemp("", "qn-chart-cert-manager-")
+	scratch, err := os.MkdirTemp("", "qn-chart-crds-")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(scratch)
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
-	cmd.Dir = dir // no go.mod here: ours stays untouched
+	cmd.Dir = scratch // no go.mod here: ours stays untouched
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	var info struct{ Dir, Error string }
 	if jsonErr := json.Unmarshal(out, &info); jsonErr == nil && info.Error != "" {
-		return "", fmt.Errorf("go mod download %s: %s", mod, info.Error)
+		return nil, fmt.Errorf("go mod download %s: %s", mod, info.Error)
 	}
 	if err != nil {
-		return "", fmt.Errorf("go mod download %s: %v\n%s%s", mod, err, out, stderr.Bytes())
+		return nil, fmt.Errorf("go mod download %s: %v\n%s%s", mod, err, out, stderr.Bytes())
 	}
-	crds := filepath.Join(info.Dir, "deploy", "crds")
-	if _, err := os.Stat(filepath.Join(crds, "cert-manager.io_certificates.yaml")); err != nil {
-		return "", fmt.Errorf("cert-manager %s has no CRDs where expected: %w", CertManagerVersion, err)
+	var paths []string
+	for _, f := range files {
+		path := filepath.Join(info.Dir, f)
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%s has no CRDs where expected: %w", mod, err)
+		}
+		paths = append(paths, path)
 	}
-	return crds, nil
+	return paths, nil
 }
 
 // ensureNamespace creates a namespace with labels, or sets the labels of

@@ -46,6 +46,15 @@ var variations = map[string]struct {
 			}
 		},
 	},
+	"monitoring: ServiceMonitors for both binaries, the PrometheusRule and the dashboard": {
+		values: monitoringValues,
+		check: func(t *testing.T, rel *Release) {
+			k := rel.Kinds()
+			if k["ServiceMonitor"] != 2 || k["PrometheusRule"] != 1 || rel.Find("ConfigMap", fullname+"-dashboard") == nil || rel.Find("Service", fullname+"-controller-metrics") == nil {
+				t.Errorf("want 2 ServiceMonitors, a PrometheusRule, the dashboard ConfigMap and the controller's metrics Service; kinds %v", k)
+			}
+		},
+	},
 	"tracing to a collector: the endpoint, ratio and plaintext switch reach qn-webhook": {
 		values: "tracing: {enabled: true, otlpEndpoint: otel-collector.observability:4317, insecure: true, sampleRatio: 0.25}",
 		check: func(t *testing.T, rel *Release) {

@@ -121,6 +121,10 @@ func TestStrictHealthCountsOnErrorAnswers(t *testing.T) {
 	if code, _ := s.probe(t, "/readyz"); code != 200 {
 		t.Errorf("plain /readyz = %d, want 200", code)
 	}
+	// Admitted, but not decided by the policies: counted as errors.
+	if _, metrics := s.probe(t, "/metrics"); !strings.Contains(metrics, `qn_admission_requests_total{code="200",decision="error",role="r",webhook="validate"} 25`) {
+		t.Errorf("/metrics does not count the onError answers as decision=\"error\"")
+	}
 }
 
 // Profiling is off unless asked for.
