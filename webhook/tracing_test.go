@@ -115,8 +115,8 @@ func TestOneReviewRecordsItsSpanTree(t *testing.T) {
 		}
 	}
 	for key, want := range map[string]string{"k8s.admission.uid": "42", "qn.role": "realtime", "qn.decision": "allowed", "k8s.admission.operation": "CREATE"} {
-		if v, ok := attr(root, key); !ok || v.Emit() != want {
-			t.Errorf("root span %s = %q, want %q", key, v.Emit(), want)
+		if v, ok := attr(root, key); !ok || v.String() != want {
+			t.Errorf("root span %s = %q, want %q", key, v.String(), want)
 		}
 	}
 	if root.SpanKind() != trace.SpanKindServer {
