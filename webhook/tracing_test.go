@@ -182,3 +182,21 @@ func TestARefusedRequestEndsItsSpan(t *testing.T) {
 		}
 	}
 }
+
+// The mutating path records its own root and the packages with patch rules.
+func TestAMutationRecordsItsPatchPackage(t *testing.T) {
+	h, recorder := tracedHandler(t, sdktrace.AlwaysSample())
+	req := httptest.NewRequest(http.MethodPost, "/mutate", strings.NewReader(fmt.Sprintf(realtimeReview, 7)))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"patch"`) {
+		t.Fatalf("the mutation proposes no patch: %d %s", rec.Code, rec.Body.String())
+	}
+	got := tree(recorder.Ended())
+	for _, want := range []string{"- > admission.mutate", "policy evaluation > policy qn.mutate.managedby"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("span tree lacks %q:\n%s", want, strings.Join(got, "\n"))
+		}
+	}
+}
