@@ -84,6 +84,19 @@ func TestFastPathMatchesReferenceEvaluation(t *testing.T) {
 						t.Fatalf("%s, role %s, window %v: one-pass input %+v (error %v), reference %+v", name, role, window, once, onceErr, ref)
 					}
 					compared += 2
+					// A traced request's form: the same query through the
+					// tracer that times each package.
+					if window == nil {
+						v, err := policyInputValue(set, decodedOnce, facts)
+						if err != nil {
+							t.Fatal(err)
+						}
+						timed, _, timedErr := q.EvalTimed(context.Background(), v)
+						if timedErr != nil || !reflect.DeepEqual(timed, ref) {
+							t.Fatalf("%s, role %s: traced evaluation %+v (error %v), reference %+v", name, role, timed, timedErr, ref)
+						}
+						compared++
+					}
 				}
 			}
 		}
