@@ -19,8 +19,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Admission requests answered, by webhook (validate|mutate), role, decision (allowed|denied|error: our own failure or an answer from the role's onError, allowed or not) and code.",
 		}, []string{"webhook", "role", "decision", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "qn_admission_request_duration_seconds",
-			Help:    "Time from request received to response written, by webhook.",
+			Name: "qn_admission_request_duration_seconds",
+			Help: "Time from request received to response written, by webhook.",
 			// Up to the API server's longest webhook timeout (10 s), so
 			// a p99 against the timeout's budget can be read off.
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},

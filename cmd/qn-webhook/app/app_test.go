@@ -187,7 +187,7 @@ func TestProgramServesOverHTTPSThenDrains(t *testing.T) {
 		"the process answers": {"/healthz", 200, []string{"ok"}},
 		"ready says ok":       {"/readyz", 200, []string{"ok"}},
 		"verbose readiness lists every check in order": {"/readyz?verbose", 200, []string{"[+]policies ok: serving bundled policies sha256:", "[+]certificate ok: serving, expires 20", "\n[+]shutdown ok\nok"}},
-		"metrics count the answers":                    {"/metrics", 200, []string{`qn_admission_requests_total{code="403",decision="denied",role="default",webhook="validate"} 1`, "qn_admission_policy_revision_info",
+		"metrics count the answers": {"/metrics", 200, []string{`qn_admission_requests_total{code="403",decision="denied",role="default",webhook="validate"} 1`, "qn_admission_policy_revision_info",
 			// One admitted change of 600 in alice's window: the 0.1 bucket.
 			`qn_admission_window_usage_ratio_bucket{role="default",le="0.1"} 1`}},
 	}
