@@ -64,6 +64,12 @@ func TestFastPathMatchesReferenceEvaluation(t *testing.T) {
 				if q == nil {
 					continue
 				}
+				// The fast path is planned evaluation (rego/planeval):
+				// every bundled query must run on it, or this test
+				// compares topdown with itself.
+				if planned, why := q.Planned(); !planned {
+					t.Fatalf("role %s: query not planned: %s", role, why)
+				}
 				for _, window := range []*WindowState{nil, {Key: "user", Count: 119, Limit: 120, PeriodSeconds: 60, Remaining: 1}} {
 					facts := in.Facts
 					facts.Role, facts.Window = role, window

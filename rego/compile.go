@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
@@ -44,6 +45,12 @@ type Compiled struct {
 	packages map[string]bool
 	opts     CompileOptions
 	reads    *inputReads
+	// data is the data document as a Rego value, for planned evaluation.
+	data ast.Value
+	// evalModeMu serializes what flips the compiler's evaluation mode:
+	// planning a query (rego sets the IR mode on the shared compiler) and
+	// preparing a topdown query after it.
+	evalModeMu sync.Mutex
 }
 
 // Capabilities returns the OPA capabilities a policy set is compiled against.
@@ -94,6 +101,10 @@ func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compi
 	if data == nil {
 		data = map[string]any{}
 	}
+	dataValue, err := ast.InterfaceToValue(data)
+	if err != nil {
+		return nil, fmt.Errorf("policy data: %w", err)
+	}
 	packages := map[string]bool{}
 	for _, mod := range parsed {
 		packages[PackageName(mod)] = true
@@ -105,6 +116,7 @@ func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compi
 		packages: packages,
 		opts:     opts,
 		reads:    analyseInputReads(parsed),
+		data:     dataValue,
 	}, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	oparego "github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/quantumnode/qn-admission/rego/planeval"
 )
 
 // Result is what one evaluation of a role's policies produced.
@@ -42,8 +44,16 @@ type Query struct {
 	timeout  time.Duration
 	outputs  []output
 	// compiled is the same query compiled once for topdown, which Eval runs
-	// directly: no per-evaluation metrics, result set or cancel goroutine.
+	// directly when the query is not planned, and which traced and timed
+	// evaluations use: no per-evaluation metrics, result set or cancel
+	// goroutine.
 	compiled *compiledQuery
+	// program is the query planned to OPA's IR, which Eval runs when set
+	// (plan.go); notPlanned says why it is not.
+	program    *planeval.Program
+	notPlanned string
+	// outputKeys are the outputs' variable names as keys of a planned result.
+	outputKeys []*ast.Term
 }
 
 // compiledQuery is a query compiled against the policy set, with what a
@@ -88,6 +98,8 @@ func (c *Compiled) Prepare(ctx context.Context, packages []string, rules []strin
 	// it is built on first use, so a set of many roles keeps one compiled
 	// form per query, not two.
 	prepared := sync.OnceValues(func() (oparego.PreparedEvalQuery, error) {
+		c.evalModeMu.Lock()
+		defer c.evalModeMu.Unlock()
 		return oparego.New(
 			oparego.Query(query),
 			oparego.Compiler(c.compiler),
@@ -95,7 +107,14 @@ func (c *Compiled) Prepare(ctx context.Context, packages []string, rules []strin
 			oparego.StrictBuiltinErrors(true),
 		).PrepareForEval(context.Background())
 	})
-	return &Query{packages: packages, prepared: prepared, timeout: timeout, outputs: outputs, compiled: cq}, nil
+	q := &Query{packages: packages, prepared: prepared, timeout: timeout, outputs: outputs, compiled: cq}
+	for _, out := range outputs {
+		q.outputKeys = append(q.outputKeys, ast.StringTerm(out.variable))
+	}
+	if q.program, err = c.planProgram(query); err != nil {
+		q.program, q.notPlanned = nil, err.Error()
+	}
+	return q, nil
 }
 
 // compileQuery compiles the binding query the way rego.PrepareForEval does
@@ -105,8 +124,10 @@ func (c *Compiled) compileQuery(query string, outputs []output) (*compiledQuery,
 	if err != nil {
 		return nil, err
 	}
+	c.evalModeMu.Lock() // the query compiler's stages follow the evaluation mode
 	qc := c.compiler.QueryCompiler()
 	body, err := qc.Compile(parsed)
+	c.evalModeMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -180,9 +201,12 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 	}
 	var bindings map[string]any
 	var err error
-	if len(opts) == 0 {
+	switch {
+	case len(opts) == 0 && q.program != nil:
+		bindings, err = q.evalPlanned(ctx, input)
+	case len(opts) == 0:
 		bindings, err = q.evalDirect(ctx, input, nil)
-	} else {
+	default:
 		bindings, err = q.evalPrepared(ctx, input, opts)
 	}
 	if err != nil {

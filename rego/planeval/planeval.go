@@ -1,0 +1,957 @@
+// Package planeval evaluates a Rego query in the form OPA's planner gives it
+// (the IR of `opa build -t plan`): blocks of statements over numbered locals,
+// each rule a function, with no unification search and no bindings at run
+// time. It evaluates the same policies as topdown, faster; built-in
+// functions are topdown's own, so their results are the same.
+//
+// Semantics follow OPA's IR documentation and its WebAssembly compiler: a
+// statement that is undefined ends the block it is in; BreakStmt{Index: n}
+// leaves n enclosing blocks more; a NotStmt succeeds when its block ends
+// undefined; a ScanStmt runs its block once per element; functions with only
+// the input and data parameters are memoized for one evaluation (and afresh
+// inside a WithStmt).
+package planeval
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/ir"
+	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/builtins"
+)
+
+// Program is one planned query, ready to evaluate. Safe for concurrent use.
+type Program struct {
+	plan     []block
+	nlocals  int
+	funcs    []*function
+	memoized int
+	strings  []*ast.Term
+	files    []string // file names by index, for error locations
+	data     *ast.Term
+	pool     sync.Pool
+}
+
+// Unsupported is returned by New when a plan uses something this evaluator
+// does not run; the caller evaluates the query with topdown instead.
+type Unsupported struct{ Reason string }
+
+func (u *Unsupported) Error() string { return "plan not supported: " + u.Reason }
+
+// New prepares the plan named name of policy. data is the base data
+// document (what `data` holds beside the rules); it is fixed for the
+// program's life, as a loaded policy set's data is.
+func New(policy *ir.Policy, name string, data ast.Value) (*Program, error) {
+	if policy == nil || policy.Plans == nil || policy.Static == nil {
+		return nil, &Unsupported{Reason: "empty policy"}
+	}
+	if data == nil {
+		data = ast.NewObject()
+	}
+	p := &Program{data: ast.NewTerm(data)}
+	for _, s := range policy.Static.Strings {
+		p.strings = append(p.strings, ast.StringTerm(s.Value))
+	}
+	for _, f := range policy.Static.Files {
+		p.files = append(p.files, f.Value)
+	}
+	c := &compiler{prog: p, funcIndex: map[string]int{}}
+	for _, b := range policy.Static.BuiltinFuncs {
+		impl := topdown.GetBuiltin(b.Name)
+		decl := ast.BuiltinMap[b.Name]
+		if impl == nil || decl == nil {
+			return nil, &Unsupported{Reason: fmt.Sprintf("built-in %s has no implementation", b.Name)}
+		}
+		if b.Name == ast.InternalPrint.Name || b.Name == ast.Trace.Name {
+			// print and trace need the evaluator's hooks: topdown runs them.
+			return nil, &Unsupported{Reason: "built-in " + b.Name}
+		}
+		c.funcIndex[b.Name] = len(p.funcs)
+		p.funcs = append(p.funcs, &function{name: b.Name, builtin: impl, relation: decl.Relation, memo: -1})
+	}
+	if policy.Funcs != nil {
+		// Declare every function first: bodies call each other in any order.
+		for _, f := range policy.Funcs.Funcs {
+			c.funcIndex[f.Name] = len(p.funcs)
+			fn := &function{name: f.Name, memo: -1}
+			if len(f.Params) == 2 {
+				fn.memo = p.memoized
+				p.memoized++
+			}
+			p.funcs = append(p.funcs, fn)
+		}
+		for _, f := range policy.Funcs.Funcs {
+			fn := p.funcs[c.funcIndex[f.Name]]
+			c.maxLocal = int(f.Return)
+			for _, l := range f.Params {
+				c.use(l)
+				fn.params = append(fn.params, int(l))
+			}
+			blocks, err := c.blocks(f.Blocks)
+			if err != nil {
+				return nil, fmt.Errorf("function %s: %w", f.Name, err)
+			}
+			fn.blocks, fn.ret, fn.nlocals = blocks, int(f.Return), c.maxLocal+1
+		}
+	}
+	for _, pl := range policy.Plans.Plans {
+		if pl.Name != name {
+			continue
+		}
+		c.maxLocal = 1
+		blocks, err := c.blocks(pl.Blocks)
+		if err != nil {
+			return nil, fmt.Errorf("plan %s: %w", pl.Name, err)
+		}
+		p.plan, p.nlocals = blocks, c.maxLocal+1
+		p.pool.New = func() any {
+			s := &state{prog: p}
+			s.collect = s.collectResult
+			return s
+		}
+		return p, nil
+	}
+	return nil, &Unsupported{Reason: fmt.Sprintf("no plan named %q", name)}
+}
+
+// Eval evaluates the plan with input and returns its result set: one value
+// per ResultSetAddStmt reached (a query's bindings object).
+func (p *Program) Eval(ctx context.Context, input ast.Value) ([]*ast.Term, error) {
+	s := p.pool.Get().(*state)
+	defer s.release()
+	s.ctx = ctx
+	s.cancelled.Store(false)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { s.cancelled.Store(true) })
+		defer stop()
+	}
+	s.memoReset()
+	s.now = nil
+	locals := s.frame(p.nlocals)
+	locals[0] = ast.NewTerm(input)
+	locals[1] = p.data
+	for _, b := range p.plan {
+		if _, _, err := b.run(s, locals); err != nil {
+			return nil, err
+		}
+	}
+	// The state (and its results slice) goes back to the pool on return.
+	return slices.Clone(s.results), nil
+}
+
+// A function is a planned rule or function, or a built-in.
+type function struct {
+	name     string
+	params   []int
+	ret      int
+	nlocals  int
+	blocks   []block
+	memo     int // slot of its memoized value, -1 when not memoized
+	builtin  topdown.BuiltinFunc
+	relation bool
+}
+
+// A block is a sequence of statements; a stmt answers whether execution
+// stops (undefined or a break) and how many enclosing blocks it leaves.
+type (
+	block []stmt
+	stmt  func(s *state, l []*ast.Term) (stop bool, index uint32, err error)
+)
+
+func (b block) run(s *state, l []*ast.Term) (bool, uint32, error) {
+	for _, st := range b {
+		stop, index, err := st(s, l)
+		if err != nil {
+			return false, 0, err
+		}
+		if stop {
+			if index == 0 {
+				return false, 0, nil
+			}
+			return true, index - 1, nil
+		}
+	}
+	return false, 0, nil
+}
+
+// state is one evaluation's mutable part, pooled between evaluations.
+type state struct {
+	prog      *Program
+	ctx       context.Context
+	cancelled atomic.Bool
+	stack     []*ast.Term
+	memo      []*ast.Term // per memoized function: its value, or undefinedMemo
+	results   []*ast.Term
+	now       *ast.Term
+	steps     int
+	// A built-in call's results (collectResult) and its cache, shared by
+	// the evaluation's calls as topdown shares one.
+	collect     func(*ast.Term) error
+	out         *ast.Term
+	relation    bool
+	relationOut *ast.Array
+	cache       builtins.Cache
+}
+
+// undefinedMemo marks a memoized function whose value is undefined.
+var undefinedMemo = ast.NullTerm()
+
+func (s *state) memoReset() {
+	if cap(s.memo) < s.prog.memoized {
+		s.memo = make([]*ast.Term, s.prog.memoized)
+	}
+	s.memo = s.memo[:s.prog.memoized]
+	clear(s.memo)
+}
+
+// frame returns n cleared locals from the state's stack.
+func (s *state) frame(n int) []*ast.Term {
+	if len(s.stack)+n > cap(s.stack) {
+		// A fresh array of the same length: frames handed out before keep
+		// the old one (their slots here stay unused), and pop still
+		// counts lengths.
+		s.stack = make([]*ast.Term, len(s.stack), max(2*cap(s.stack), len(s.stack)+n, 64))
+	}
+	f := s.stack[len(s.stack) : len(s.stack)+n]
+	s.stack = s.stack[:len(s.stack)+n]
+	clear(f)
+	return f
+}
+
+func (s *state) pop(n int) { s.stack = s.stack[:len(s.stack)-n] }
+
+func (s *state) release() {
+	clear(s.stack[:cap(s.stack)])
+	s.stack = s.stack[:0]
+	clear(s.results)
+	s.results = s.results[:0]
+	clear(s.memo)
+	s.ctx = nil
+	s.now = nil
+	clear(s.cache) // a built-in cache per evaluation, as topdown keeps one
+	s.prog.pool.Put(s)
+}
+
+// errCancelled carries topdown's cancel code, so callers treat a deadline
+// met inside the plan as they treat one met inside topdown.
+var errCancelled = &topdown.Error{Code: topdown.CancelErr, Message: "caller cancelled query execution"}
+
+// check is called on every function call and loop step: it ends the
+// evaluation once its context is done.
+func (s *state) check() error {
+	s.steps++
+	if s.cancelled.Load() {
+		return errCancelled
+	}
+	return nil
+}
+
+// call runs function fn with args (undefined args as nil) and returns its
+// value, or nil when undefined.
+func (s *state) call(fn *function, args []*ast.Term, loc *ast.Location) (*ast.Term, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if fn.builtin != nil {
+		return s.callBuiltin(fn, args, loc)
+	}
+	if fn.memo >= 0 {
+		if v := s.memo[fn.memo]; v != nil {
+			if v == undefinedMemo {
+				return nil, nil
+			}
+			return v, nil
+		}
+	}
+	locals := s.frame(fn.nlocals)
+	defer s.pop(fn.nlocals)
+	for i, p := range fn.params {
+		locals[p] = args[i]
+	}
+	for _, b := range fn.blocks {
+		if _, _, err := b.run(s, locals); err != nil {
+			return nil, err
+		}
+	}
+	v := locals[fn.ret]
+	if fn.memo >= 0 {
+		if v == nil {
+			s.memo[fn.memo] = undefinedMemo
+		} else {
+			s.memo[fn.memo] = v
+		}
+	}
+	return v, nil
+}
+
+func (s *state) callBuiltin(fn *function, args []*ast.Term, loc *ast.Location) (*ast.Term, error) {
+	for _, a := range args {
+		if a == nil {
+			return nil, nil
+		}
+	}
+	if s.now == nil {
+		s.now = ast.UIntNumberTerm(uint64(time.Now().UnixNano()))
+	}
+	if s.cache == nil {
+		s.cache = builtins.Cache{}
+	}
+	bctx := topdown.BuiltinContext{
+		Context:  s.ctx,
+		Seed:     rand.Reader,
+		Time:     s.now,
+		Cache:    s.cache,
+		Location: loc,
+	}
+	s.out, s.relation = nil, fn.relation
+	if fn.relation {
+		s.relationOut = ast.NewArray()
+	}
+	err := fn.builtin(bctx, args, s.collect)
+	if err != nil {
+		// As topdown reports a built-in's error (strict built-in errors):
+		// the evaluation's error, with the built-in's name and location.
+		switch e := err.(type) {
+		//lint:ignore SA1019 topdown still treats it as undefined; so do we
+		case topdown.BuiltinEmpty:
+			return nil, nil
+		case *topdown.Error, topdown.Halt:
+			return nil, err
+		case builtins.ErrOperand:
+			return nil, (&topdown.Error{Code: topdown.TypeErr, Message: fn.name + ": " + e.Error(), Location: bctx.Location}).Wrap(err)
+		}
+		return nil, (&topdown.Error{Code: topdown.BuiltinErr, Message: fn.name + ": " + err.Error(), Location: bctx.Location}).Wrap(err)
+	}
+	if fn.relation {
+		out := ast.NewTerm(s.relationOut)
+		s.relationOut = nil
+		return out, nil
+	}
+	out := s.out
+	s.out = nil
+	return out, nil
+}
+
+// collectResult is the iterator every built-in call reports to: built-ins
+// do not call back into the plan, so one slot per state is enough.
+func (s *state) collectResult(t *ast.Term) error {
+	if s.relation {
+		s.relationOut = s.relationOut.Append(t)
+		return nil
+	}
+	s.out = t
+	return nil
+}
+
+// conflict is the error of a complete rule or function with two values, or
+// an object with two values under one key.
+func conflict(p *Program, loc ir.Location, what string) error {
+	return &topdown.Error{Code: topdown.ConflictErr, Message: what, Location: p.location(loc)}
+}
+
+// compiler turns IR statements into closures once, at New.
+type compiler struct {
+	prog      *Program
+	funcIndex map[string]int
+	maxLocal  int
+}
+
+func (c *compiler) use(l ir.Local) int {
+	if int(l) > c.maxLocal {
+		c.maxLocal = int(l)
+	}
+	return int(l)
+}
+
+// operand is a local (index >= 0) or a constant term.
+type operand struct {
+	local int
+	value *ast.Term
+}
+
+func (o operand) get(l []*ast.Term) *ast.Term {
+	if o.local >= 0 {
+		return l[o.local]
+	}
+	return o.value
+}
+
+func (c *compiler) operand(op ir.Operand) (operand, error) {
+	switch v := op.Value.(type) {
+	case ir.Local:
+		return operand{local: c.use(v)}, nil
+	case ir.Bool:
+		return operand{local: -1, value: ast.BooleanTerm(bool(v))}, nil
+	case ir.StringIndex:
+		if int(v) >= len(c.prog.strings) {
+			return operand{}, fmt.Errorf("string index %d out of range", v)
+		}
+		return operand{local: -1, value: c.prog.strings[v]}, nil
+	}
+	return operand{}, &Unsupported{Reason: fmt.Sprintf("operand %T", op.Value)}
+}
+
+func (c *compiler) blocks(in []*ir.Block) ([]block, error) {
+	out := make([]block, 0, len(in))
+	for i, b := range in {
+		cb, err := c.block(b)
+		if err != nil {
+			return nil, fmt.Errorf("block %d: %w", i, err)
+		}
+		out = append(out, cb)
+	}
+	return out, nil
+}
+
+func (c *compiler) block(b *ir.Block) (block, error) {
+	out := make(block, 0, len(b.Stmts))
+	for _, st := range b.Stmts {
+		f, err := c.stmt(st)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func (c *compiler) stmt(st ir.Stmt) (stmt, error) {
+	switch x := st.(type) {
+	case *ir.NopStmt:
+		return func(*state, []*ast.Term) (bool, uint32, error) { return false, 0, nil }, nil
+
+	case *ir.ResultSetAddStmt:
+		v := c.use(x.Value)
+		return func(s *state, l []*ast.Term) (bool, uint32, error) {
+			if l[v] != nil {
+				s.results = append(s.results, l[v])
+			}
+			return false, 0, nil
+		}, nil
+
+	case *ir.ReturnLocalStmt:
+		// The function's return local already holds the value; reaching
+		// the statement is all it says.
+		c.use(x.Source)
+		return func(*state, []*ast.Term) (bool, uint32, error) { return false, 0, nil }, nil
+
+	case *ir.BlockStmt:
+		blocks, err := c.blocks(x.Blocks)
+		if err != nil {
+			return nil, err
+		}
+		return func(s *state, l []*ast.Term) (bool, uint32, error) {
+			for _, b := range blocks {
+				stop, n, err := b.run(s, l)
+				if err != nil || stop {
+					// A BlockStmt is not a block level of its own.
+					return stop, n, err
+				}
+			}
+			return false, 0, nil
+		}, nil
+
+	case *ir.BreakStmt:
+		index := x.Index
+		return func(*state, []*ast.Term) (bool, uint32, error) { return true, index, nil }, nil
+
+	case *ir.NotStmt:
+		body, err := c.block(x.Block)
+		if err != nil {
+			return nil, err
+		}
+		return func(s *state, l []*ast.Term) (bool, uint32, error) {
+			for _, st := range body {
+				stop, index, err := st(s, l)
+				if err != nil {
+					return false, 0, err
+				}
+				if stop {
+					if index == 0 {
+						return false, 0, nil // the negated block is undefined: not holds
+					}
+					return true, index - 1, nil
+				}
+			}
+			return true, 0, nil
+		}, nil
+
+	case *ir.ScanStmt:
+		src, key, val := c.use(x.Source), c.use(x.Key), c.use(x.Value)
+		body, err := c.block(x.Block)
+		if err != nil {
+			return nil, err
+		}
+		return func(s *state, l []*ast.Term) (bool, uint32, error) {
+			var stop bool
+			var n uint32
+			var err error
+			each := func(k, v *ast.Term) bool {
+				if err = s.check(); err != nil {
+					return true
+				}
+				l[key], l[val] = k, v
+				stop, n, err = body.run(s, l)
+				return stop || err != nil
+			}
+			switch coll := termValue(l[src]).(type) {
+			case *ast.Array:
+				for i := 0; i < coll.Len(); i++ {
+					if each(ast.InternedTerm(i), coll.Elem(i)) {
+						break
+					}
+				}
+			case ast.Object:
+				coll.Until(func(k, v *ast.Term) bool { return each(k, v) })
+			case ast.Set:
+				coll.Until(func(e *ast.Term) bool { return each(e, e) })
+			}
+			if err != nil {
+				return false, 0, err
+			}
+			if stop && n > 0 {
+				return true, n - 1, nil
+			}
+			return false, 0, nil
+		}, nil
+
+	case *ir.WithStmt:
+		return c.with(x)
+
+	case *ir.CallStmt:
+		return c.callStmt(x)
+
+	case *ir.CallDynamicStmt:
+		return nil, &Unsupported{Reason: "dynamic call (a rule reference with a variable)"}
+
+	case *ir.DotStmt:
+		src, err := c.operand(x.Source)
+		if err != nil {
+			return nil, err
+		}
+		key, err := c.operand(x.Key)
+		if err != nil {
+			return nil, err
+		}
+		target := c.use(x.Target)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			v := dot(src.get(l), key.get(l))
+			l[target] = v
+			return v == nil, 0, nil
+		}, nil
+
+	case *ir.LenStmt:
+		src, err := c.operand(x.Source)
+		if err != nil {
+			return nil, err
+		}
+		target := c.use(x.Target)
+		loc := x.Location
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			v := src.get(l)
+			if v == nil {
+				return true, 0, nil
+			}
+			var n int
+			switch x := v.Value.(type) {
+			case *ast.Array:
+				n = x.Len()
+			case ast.Object:
+				n = x.Len()
+			case ast.Set:
+				n = x.Len()
+			case ast.String:
+				n = len([]rune(string(x)))
+			default:
+				return false, 0, &topdown.Error{Code: topdown.TypeErr, Message: fmt.Sprintf("length of %s", ast.ValueName(v.Value)), Location: c.prog.location(loc)}
+			}
+			l[target] = ast.InternedTerm(n)
+			return false, 0, nil
+		}, nil
+
+	case *ir.EqualStmt, *ir.NotEqualStmt:
+		var a, b ir.Operand
+		neg := false
+		if e, ok := x.(*ir.EqualStmt); ok {
+			a, b = e.A, e.B
+		} else {
+			ne := x.(*ir.NotEqualStmt)
+			a, b, neg = ne.A, ne.B, true
+		}
+		oa, err := c.operand(a)
+		if err != nil {
+			return nil, err
+		}
+		ob, err := c.operand(b)
+		if err != nil {
+			return nil, err
+		}
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			va, vb := oa.get(l), ob.get(l)
+			var stop bool
+			switch {
+			case va == nil && vb == nil:
+				stop = false
+			case va == nil || vb == nil:
+				stop = true
+			default:
+				stop = va.Value.Compare(vb.Value) != 0
+			}
+			if neg {
+				stop = !stop
+			}
+			return stop, 0, nil
+		}, nil
+
+	case *ir.IsArrayStmt:
+		return c.typeCheck(x.Source, func(v ast.Value) bool { _, ok := v.(*ast.Array); return ok })
+	case *ir.IsObjectStmt:
+		return c.typeCheck(x.Source, func(v ast.Value) bool { _, ok := v.(ast.Object); return ok })
+	case *ir.IsSetStmt:
+		return c.typeCheck(x.Source, func(v ast.Value) bool { _, ok := v.(ast.Set); return ok })
+
+	case *ir.IsDefinedStmt:
+		src := c.use(x.Source)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) { return l[src] == nil, 0, nil }, nil
+	case *ir.IsUndefinedStmt:
+		src := c.use(x.Source)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) { return l[src] != nil, 0, nil }, nil
+
+	case *ir.AssignIntStmt:
+		target, v := c.use(x.Target), ast.IntNumberTerm(int(x.Value))
+		return c.set(target, v), nil
+	case *ir.MakeNumberIntStmt:
+		target, v := c.use(x.Target), ast.IntNumberTerm(int(x.Value))
+		return c.set(target, v), nil
+	case *ir.MakeNumberRefStmt:
+		if x.Index >= len(c.prog.strings) {
+			return nil, fmt.Errorf("number string index %d out of range", x.Index)
+		}
+		target := c.use(x.Target)
+		return c.set(target, ast.NewTerm(ast.Number(c.prog.strings[x.Index].Value.(ast.String)))), nil
+	case *ir.MakeNullStmt:
+		return c.set(c.use(x.Target), ast.NullTerm()), nil
+	case *ir.MakeArrayStmt:
+		target, capacity := c.use(x.Target), int(x.Capacity)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			l[target] = ast.NewTerm(ast.NewArrayWithCapacity(capacity))
+			return false, 0, nil
+		}, nil
+	case *ir.MakeObjectStmt:
+		target := c.use(x.Target)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			l[target] = ast.NewTerm(ast.NewObject())
+			return false, 0, nil
+		}, nil
+	case *ir.MakeSetStmt:
+		target := c.use(x.Target)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			l[target] = ast.NewTerm(ast.NewSet())
+			return false, 0, nil
+		}, nil
+	case *ir.ResetLocalStmt:
+		target := c.use(x.Target)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			l[target] = nil
+			return false, 0, nil
+		}, nil
+
+	case *ir.AssignVarStmt:
+		src, err := c.operand(x.Source)
+		if err != nil {
+			return nil, err
+		}
+		target := c.use(x.Target)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			l[target] = src.get(l)
+			return false, 0, nil
+		}, nil
+
+	case *ir.AssignVarOnceStmt:
+		src, err := c.operand(x.Source)
+		if err != nil {
+			return nil, err
+		}
+		target, loc := c.use(x.Target), x.Location
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			v := src.get(l)
+			if cur := l[target]; cur != nil {
+				if v == nil || cur.Value.Compare(v.Value) != 0 {
+					return false, 0, conflict(c.prog, loc, "complete rules must not produce multiple outputs")
+				}
+				return false, 0, nil
+			}
+			l[target] = v
+			return false, 0, nil
+		}, nil
+
+	case *ir.ArrayAppendStmt:
+		val, err := c.operand(x.Value)
+		if err != nil {
+			return nil, err
+		}
+		arr := c.use(x.Array)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			a, ok := termValue(l[arr]).(*ast.Array)
+			v := val.get(l)
+			if !ok || v == nil {
+				return false, 0, fmt.Errorf("array append: not an array or an undefined value")
+			}
+			l[arr] = ast.NewTerm(a.Append(v))
+			return false, 0, nil
+		}, nil
+
+	case *ir.SetAddStmt:
+		val, err := c.operand(x.Value)
+		if err != nil {
+			return nil, err
+		}
+		set := c.use(x.Set)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			st, ok := termValue(l[set]).(ast.Set)
+			v := val.get(l)
+			if !ok || v == nil {
+				return false, 0, fmt.Errorf("set add: not a set or an undefined value")
+			}
+			st.Add(v)
+			return false, 0, nil
+		}, nil
+
+	case *ir.ObjectInsertStmt, *ir.ObjectInsertOnceStmt:
+		var k, v ir.Operand
+		var obj ir.Local
+		var loc ir.Location
+		once := false
+		if o, ok := x.(*ir.ObjectInsertStmt); ok {
+			k, v, obj = o.Key, o.Value, o.Object
+		} else {
+			o := x.(*ir.ObjectInsertOnceStmt)
+			k, v, obj, once, loc = o.Key, o.Value, o.Object, true, o.Location
+		}
+		ok, err := c.operand(k)
+		if err != nil {
+			return nil, err
+		}
+		ov, err := c.operand(v)
+		if err != nil {
+			return nil, err
+		}
+		target := c.use(obj)
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			o, isObj := termValue(l[target]).(ast.Object)
+			key, val := ok.get(l), ov.get(l)
+			if !isObj || key == nil || val == nil {
+				return false, 0, fmt.Errorf("object insert: not an object or an undefined key or value")
+			}
+			if once {
+				if cur := o.Get(key); cur != nil && cur.Value.Compare(val.Value) != 0 {
+					return false, 0, conflict(c.prog, loc, "object keys must be unique")
+				}
+			}
+			o.Insert(key, val)
+			return false, 0, nil
+		}, nil
+
+	case *ir.ObjectMergeStmt:
+		a, b, target, loc := c.use(x.A), c.use(x.B), c.use(x.Target), x.Location
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			va, vb := l[a], l[b]
+			switch {
+			case va == nil:
+				l[target] = vb
+				return false, 0, nil
+			case vb == nil:
+				l[target] = va
+				return false, 0, nil
+			}
+			oa, okA := va.Value.(ast.Object)
+			ob, okB := vb.Value.(ast.Object)
+			if !okA || !okB {
+				return false, 0, conflict(c.prog, loc, "object keys must be unique")
+			}
+			m, ok := oa.Merge(ob)
+			if !ok {
+				return false, 0, conflict(c.prog, loc, "object keys must be unique")
+			}
+			l[target] = ast.NewTerm(m)
+			return false, 0, nil
+		}, nil
+	}
+	return nil, &Unsupported{Reason: fmt.Sprintf("statement %T", st)}
+}
+
+func (c *compiler) set(target int, v *ast.Term) stmt {
+	return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+		l[target] = v
+		return false, 0, nil
+	}
+}
+
+func (c *compiler) typeCheck(src ir.Operand, is func(ast.Value) bool) (stmt, error) {
+	o, err := c.operand(src)
+	if err != nil {
+		return nil, err
+	}
+	return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+		v := o.get(l)
+		return v == nil || !is(v.Value), 0, nil
+	}, nil
+}
+
+func (c *compiler) callStmt(x *ir.CallStmt) (stmt, error) {
+	i, ok := c.funcIndex[x.Func]
+	if !ok {
+		return nil, &Unsupported{Reason: "call of unknown function " + x.Func}
+	}
+	fn := c.prog.funcs[i]
+	args := make([]operand, len(x.Args))
+	for i, a := range x.Args {
+		o, err := c.operand(a)
+		if err != nil {
+			return nil, err
+		}
+		args[i] = o
+	}
+	result, loc := c.use(x.Result), c.prog.location(x.Location)
+	return func(s *state, l []*ast.Term) (bool, uint32, error) {
+		var buf [4]*ast.Term
+		in := buf[:0]
+		if len(args) > len(buf) {
+			in = make([]*ast.Term, 0, len(args))
+		}
+		for _, a := range args {
+			in = append(in, a.get(l))
+		}
+		v, err := s.call(fn, in, loc)
+		if err != nil {
+			return false, 0, err
+		}
+		l[result] = v
+		return v == nil, 0, nil
+	}, nil
+}
+
+// with runs its block with a local (input or data) replaced, in whole or
+// under a path, and with memoized values of its own.
+func (c *compiler) with(x *ir.WithStmt) (stmt, error) {
+	local := c.use(x.Local)
+	val, err := c.operand(x.Value)
+	if err != nil {
+		return nil, err
+	}
+	path := make([]*ast.Term, len(x.Path))
+	for i, p := range x.Path {
+		if p >= len(c.prog.strings) {
+			return nil, fmt.Errorf("with path string index %d out of range", p)
+		}
+		path[i] = c.prog.strings[p]
+	}
+	body, err := c.block(x.Block)
+	if err != nil {
+		return nil, err
+	}
+	return func(s *state, l []*ast.Term) (bool, uint32, error) {
+		saved := l[local]
+		savedMemo := s.memo
+		s.memo = make([]*ast.Term, len(savedMemo))
+		defer func() { l[local], s.memo = saved, savedMemo }()
+		v := val.get(l)
+		if len(path) == 0 {
+			l[local] = v
+		} else {
+			l[local] = upsert(saved, path, v)
+		}
+		for _, st := range body {
+			stop, index, err := st(s, l)
+			if err != nil {
+				return false, 0, err
+			}
+			if stop {
+				// Undefined (or a break out of the with block itself) ends
+				// the enclosing block; a longer break leaves one level less.
+				return true, max(index, 1) - 1, nil
+			}
+		}
+		return false, 0, nil
+	}, nil
+}
+
+// upsert copies doc (an object, or a new one) with v under path, copying
+// each object on the way down.
+func upsert(doc *ast.Term, path []*ast.Term, v *ast.Term) *ast.Term {
+	var root ast.Object
+	if o, ok := termValue(doc).(ast.Object); ok {
+		root = o.Copy()
+	} else {
+		root = ast.NewObject()
+	}
+	cur := root
+	for _, k := range path[:len(path)-1] {
+		var next ast.Object
+		if o, ok := termValue(cur.Get(k)).(ast.Object); ok {
+			next = o.Copy()
+		} else {
+			next = ast.NewObject()
+		}
+		cur.Insert(k, ast.NewTerm(next))
+		cur = next
+	}
+	cur.Insert(path[len(path)-1], v)
+	return ast.NewTerm(root)
+}
+
+// dot looks key up in src: an object's value, an array's element, a set's
+// member; nil when undefined.
+func dot(src, key *ast.Term) *ast.Term {
+	if src == nil || key == nil {
+		return nil
+	}
+	switch x := src.Value.(type) {
+	case ast.Object:
+		return x.Get(key)
+	case *ast.Array:
+		return x.Get(key)
+	case ast.Set:
+		if x.Contains(key) {
+			return key
+		}
+	}
+	return nil
+}
+
+func termValue(t *ast.Term) ast.Value {
+	if t == nil {
+		return nil
+	}
+	return t.Value
+}
+
+// Describe names the plan's functions and built-ins, for diagnostics.
+func (p *Program) Describe() string {
+	var b strings.Builder
+	for _, f := range p.funcs {
+		kind := "func"
+		if f.builtin != nil {
+			kind = "builtin"
+		}
+		fmt.Fprintf(&b, "%s %s\n", kind, f.name)
+	}
+	return b.String()
+}
+
+// location turns an IR location into the ast one topdown's errors carry.
+func (p *Program) location(loc ir.Location) *ast.Location {
+	l := &ast.Location{Row: loc.Row, Col: loc.Col}
+	if loc.File >= 0 && loc.File < len(p.files) {
+		l.File = p.files[loc.File]
+	}
+	return l
+}
