@@ -72,6 +72,8 @@ type decoder struct {
 	// and array indices, kept only to name duplicates.
 	path       []segment
 	duplicates []string
+	// items holds the members of the objects being read, innermost last.
+	items [][2]*ast.Term
 }
 
 type segment struct {
@@ -142,12 +144,15 @@ func (d *decoder) object() (ast.Value, error) {
 		return nil, errTooDeep
 	}
 	d.pos++ // {
-	obj := ast.NewObject()
 	d.skipSpace()
 	if d.pos < len(d.data) && d.data[d.pos] == '}' {
 		d.pos++
-		return obj, nil
+		return ast.NewObject(), nil
 	}
+	// The members are gathered on d.items and the object made at once:
+	// ast.NewObject allocates its entries as one block, Insert one by one.
+	start := len(d.items)
+	var seen map[string]struct{} // for large objects; small ones compare
 	for {
 		d.skipSpace()
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
@@ -162,16 +167,17 @@ func (d *decoder) object() (ast.Value, error) {
 			return nil, d.syntaxError("after an object key")
 		}
 		d.pos++
-		d.path = append(d.path, segment{key: string(key.Value.(ast.String)), isKey: true})
+		name := string(key.Value.(ast.String))
+		d.path = append(d.path, segment{key: name, isKey: true})
 		v, err := d.value()
 		if err != nil {
 			return nil, err
 		}
 		d.path = d.path[:len(d.path)-1]
-		before := obj.Len()
-		obj.Insert(key, d.term(v))
-		if obj.Len() == before {
-			d.duplicates = append(d.duplicates, d.pathOf(string(key.Value.(ast.String))))
+		if d.seenKey(start, &seen, name) {
+			d.duplicates = append(d.duplicates, d.pathOf(name))
+		} else {
+			d.items = append(d.items, [2]*ast.Term{key, d.term(v)})
 		}
 		d.skipSpace()
 		if d.pos >= len(d.data) {
@@ -182,11 +188,40 @@ func (d *decoder) object() (ast.Value, error) {
 			d.pos++
 		case '}':
 			d.pos++
+			obj := ast.NewObject(d.items[start:]...)
+			clear(d.items[start:])
+			d.items = d.items[:start]
 			return obj, nil
 		default:
 			return nil, d.syntaxError("after an object value")
 		}
 	}
+}
+
+// seenKey reports whether the object whose members start at d.items[start]
+// already has a member name (and records name as seen). Up to 16 members
+// are compared one by one; past that a set is kept.
+func (d *decoder) seenKey(start int, seen *map[string]struct{}, name string) bool {
+	members := d.items[start:]
+	if *seen == nil && len(members) < 16 {
+		for _, m := range members {
+			if string(m[0].Value.(ast.String)) == name {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]struct{}, 2*len(members))
+		for _, m := range members {
+			(*seen)[string(m[0].Value.(ast.String))] = struct{}{}
+		}
+	}
+	if _, dup := (*seen)[name]; dup {
+		return true
+	}
+	(*seen)[name] = struct{}{}
+	return false
 }
 
 func (d *decoder) array() (ast.Value, error) {

@@ -2,6 +2,7 @@ package astjson
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,9 @@ func TestDecodeAgreesWithTheReference(t *testing.T) {
 		"scalars at the top":                                          `"top"`,
 		"a duplicate key":                                             `{"a":1,"a":2}`,
 		"a duplicate deep":                                            `{"spec":{"services":[{"name":"a","name":"b"}]}}`,
+		"a large object":                                              largeObject(40, -1),
+		"a duplicate in a large object":                               largeObject(40, 3),
+		"a duplicate at the 16th member":                              largeObject(16, 0),
 		"trailing garbage":                                            `{"a":1} x`,
 		"a missing value":                                             `{"a":}`,
 		"a trailing comma":                                            `[1,2,]`,
@@ -73,6 +77,21 @@ func TestDecodeAgreesWithTheReference(t *testing.T) {
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) { agree(t, []byte(in)) })
 	}
+}
+
+// largeObject has n members k0..k(n-1) and, when dup >= 0, member k<dup>
+// again at the end: past 16 members the decoder keeps a set of keys.
+func largeObject(n, dup int) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		fmt.Fprintf(&b, `"k%d":{"v":%d},`, i, i)
+	}
+	if dup >= 0 {
+		fmt.Fprintf(&b, `"k%d":1,`, dup)
+	}
+	b.WriteString(`"last":true}`)
+	return b.String()
 }
 
 func TestDuplicatesAreNamedByPath(t *testing.T) {

@@ -822,15 +822,14 @@ func (c *compiler) callStmt(x *ir.CallStmt) (stmt, error) {
 	}
 	result, loc := c.use(x.Result), c.prog.location(x.Location)
 	return func(s *state, l []*ast.Term) (bool, uint32, error) {
-		var buf [4]*ast.Term
-		in := buf[:0]
-		if len(args) > len(buf) {
-			in = make([]*ast.Term, 0, len(args))
-		}
-		for _, a := range args {
-			in = append(in, a.get(l))
+		// The arguments live on the state's stack: a built-in may keep
+		// their terms, never the slice.
+		in := s.frame(len(args))
+		for i, a := range args {
+			in[i] = a.get(l)
 		}
 		v, err := s.call(fn, in, loc)
+		s.pop(len(args))
 		if err != nil {
 			return false, 0, err
 		}

@@ -2,12 +2,14 @@
 # slows down before it is refused with 429.
 package qn.window
 
-near_limit_fraction := 0.9
+# Warn from 90 % of the limit on. Integer arithmetic: exact, and cheaper
+# than the arbitrary-precision floats a fraction would take.
+near_limit_percent := 90
 
 warn contains msg if {
 	w := input.context.window
 	used := w.count + 1
-	used >= w.limit * near_limit_fraction
+	used * 100 >= w.limit * near_limit_percent
 	used <= w.limit
 	msg := sprintf("rate window: this is change %d of %d allowed per %vs for role %q (%s window); slow down to avoid 429", [used, w.limit, w.periodSeconds, input.context.role, w.key])
 }
