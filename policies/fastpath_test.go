@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 
@@ -400,4 +401,77 @@ func TestEngineDecidesAlikeOnDecodedValues(t *testing.T) {
 		}
 	}
 	t.Logf("%d decisions identical", compared)
+}
+
+// The input builder leaves out exactly the members of input.request and
+// input.context that no policy of the set may read.
+func TestInputFieldsFollowWhatPoliciesRead(t *testing.T) {
+	skipped := func(m map[*ast.Term]bool) []string {
+		var out []string
+		for k := range m {
+			out = append(out, string(k.Value.(ast.String)))
+		}
+		sort.Strings(out)
+		return out
+	}
+	cases := []struct {
+		name, source             string
+		keepRequest, keepContext []string // must be built
+		skipRequest, skipContext []string // must be left out
+	}{
+		{
+			name:        "a reference and object.get name their members",
+			source:      "package p\ndeny contains input.context.user if object.get(input.request, [\"userInfo\", \"username\"], \"\") == \"x\"\n",
+			keepRequest: []string{"userInfo"}, keepContext: []string{"user"},
+			skipRequest: []string{"uid", "options", "object", "oldObject"}, skipContext: []string{"uid", "groups", "time", "labels", "window"},
+		},
+		{
+			name:        "a member chosen by a variable keeps them all",
+			source:      "package p\ndeny contains k if { some k; input.context[k] == \"x\" }\n",
+			keepContext: []string{"uid", "user", "groups", "time", "labels", "window", "extra"},
+			skipRequest: []string{"uid", "userInfo", "object"},
+		},
+		{
+			name:        "input passed whole keeps everything",
+			source:      "package p\ndeny contains \"x\" if count(input) > 5\n",
+			keepRequest: []string{"uid", "userInfo", "object", "options"}, keepContext: []string{"uid", "time", "window"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := rego.Compile([]rego.Module{{Path: "p.rego", Source: tc.source}}, nil, rego.CompileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newInputFields(c)
+			for _, check := range []struct {
+				skip       map[*ast.Term]bool
+				keep, drop []string
+				where      string
+			}{{f.skipRequest, tc.keepRequest, tc.skipRequest, "request"}, {f.skipContext, tc.keepContext, tc.skipContext, "context"}} {
+				got := skipped(check.skip)
+				for _, k := range check.keep {
+					if slices.Contains(got, k) {
+						t.Errorf("input.%s.%s is left out (skipped %v)", check.where, k, got)
+					}
+				}
+				for _, k := range check.drop {
+					if !slices.Contains(got, k) {
+						t.Errorf("input.%s.%s is built although no policy reads it (skipped %v)", check.where, k, got)
+					}
+				}
+			}
+		})
+	}
+	// The bundled set: what its policies read is built, the rest is not.
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := skipped(set.fields.skipContext); slices.Contains(got, "labels") || slices.Contains(got, "window") || !slices.Contains(got, "user") {
+		t.Errorf("bundled set skips context members %v", got)
+	}
+	if got := skipped(set.fields.skipRequest); slices.Contains(got, "object") || slices.Contains(got, "operation") || !slices.Contains(got, "userInfo") {
+		t.Errorf("bundled set skips request members %v", got)
+	}
 }

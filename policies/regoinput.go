@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/rego"
 )
 
 // Keys of the input document, built once: a request allocates only values.
@@ -65,27 +66,61 @@ type policyInput struct {
 // straight from the typed request and the objects the webhook decoded, with
 // no JSON round trip: this is the hot path of every decision.
 func inputValue(in *Input, c Facts) (ast.Value, error) {
-	return projectedInputValue(in, c, false)
+	var b inputBuilder
+	return b.input(in, c)
 }
 
 // managedFieldsPath is where an object's field-manager bookkeeping sits in
 // the input: often most of an object's size, and read by no bundled policy.
 var managedFieldsPath = []string{"request", "object", "metadata", "managedFields"}
 
-// policyInputValue is the input a policy set's queries evaluate: without
-// metadata.managedFields of object and oldObject when no policy of the set
-// may read them (rego.Compiled.MayReadInput), which leaves every answer the
-// same and saves converting most of a real object.
-func policyInputValue(set *Set, in *Input, c Facts) (ast.Value, error) {
-	drop := set != nil && set.Compiled != nil &&
-		!set.Compiled.MayReadInput(managedFieldsPath...) &&
-		!set.Compiled.MayReadInput("request", "oldObject", "metadata", "managedFields")
-	return projectedInputValue(in, c, drop)
+// inputFields is the input a policy set's queries can read, found once when
+// the set loads (rego.Compiled.MayReadInput): the members of input.request
+// and input.context no policy may read, and whether managedFields may be
+// left out. Leaving those out leaves every answer the same and saves
+// building most of the input; TestFastPathMatchesReferenceEvaluation
+// compares the projected input's answers with the full input's.
+type inputFields struct {
+	skipRequest, skipContext map[*ast.Term]bool
+	dropManagedFields        bool
 }
 
-func projectedInputValue(in *Input, c Facts, dropManagedFields bool) (ast.Value, error) {
+// Members of input.request and input.context the builder may leave out.
+var (
+	requestMembers = []*ast.Term{keyUid, keyKind, keyResource, keySubResource, keyRequestKind, keyRequestResource, keyRequestSubResource,
+		keyName, keyNamespace, keyOperation, keyUserInfo, keyObject, keyOldObject, keyOptions, keyDryRun}
+	contextMembers = []*ast.Term{keyUid, keyUser, keyUserUID, keyGroups, keyExtra, keyOperation, keyKind, keyResource, keySubResource,
+		keyNamespace, keyName, keyLabels, keyAnnotations, keyRole, keyDryRun, keyTime, keyWindow}
+)
+
+func newInputFields(c *rego.Compiled) *inputFields {
+	f := &inputFields{
+		skipRequest: map[*ast.Term]bool{},
+		skipContext: map[*ast.Term]bool{},
+		dropManagedFields: !c.MayReadInput(managedFieldsPath...) &&
+			!c.MayReadInput("request", "oldObject", "metadata", "managedFields"),
+	}
+	for _, k := range requestMembers {
+		if !c.MayReadInput("request", string(k.Value.(ast.String))) {
+			f.skipRequest[k] = true
+		}
+	}
+	for _, k := range contextMembers {
+		if !c.MayReadInput("context", string(k.Value.(ast.String))) {
+			f.skipContext[k] = true
+		}
+	}
+	return f
+}
+
+// policyInputValue is the input a policy set's queries evaluate: only what
+// the set's policies may read (inputFields).
+func policyInputValue(set *Set, in *Input, c Facts) (ast.Value, error) {
 	var b inputBuilder
-	return b.input(in, c, dropManagedFields)
+	if set != nil {
+		b.fields = set.fields
+	}
+	return b.input(in, c)
 }
 
 // inputBuilder builds the input's terms from slabs (astjson.Terms): a
@@ -93,14 +128,23 @@ func projectedInputValue(in *Input, c Facts, dropManagedFields bool) (ast.Value,
 // slabs is a large share of the allocations saved per request.
 type inputBuilder struct {
 	terms astjson.Terms
+	// fields leaves out what no policy reads; nil builds everything.
+	fields *inputFields
 }
 
-func (b *inputBuilder) input(in *Input, c Facts, dropManagedFields bool) (ast.Value, error) {
+func (b *inputBuilder) wantRequest(k *ast.Term) bool {
+	return b.fields == nil || !b.fields.skipRequest[k]
+}
+func (b *inputBuilder) wantContext(k *ast.Term) bool {
+	return b.fields == nil || !b.fields.skipContext[k]
+}
+
+func (b *inputBuilder) input(in *Input, c Facts) (ast.Value, error) {
 	var request *ast.Term
 	if in.Request == nil {
 		request = ast.NullTerm()
 	} else {
-		obj, err := b.requestObject(in, dropManagedFields)
+		obj, err := b.requestObject(in)
 		if err != nil {
 			return nil, err
 		}
@@ -112,37 +156,51 @@ func (b *inputBuilder) input(in *Input, c Facts, dropManagedFields bool) (ast.Va
 	), nil
 }
 
-func (b *inputBuilder) requestObject(in *Input, dropManagedFields bool) (ast.Object, error) {
+func (b *inputBuilder) requestObject(in *Input) (ast.Object, error) {
 	r := in.Request
-	o := ast.NewObject(
-		b.strItem(keyUid, string(r.UID)),
-		ast.Item(keyKind, b.gvkTerm(r.Kind)),
-		ast.Item(keyResource, b.gvrTerm(r.Resource)),
-		b.strItem(keyOperation, string(r.Operation)),
-		ast.Item(keyUserInfo, b.userInfoTerm(r)),
-	)
-	b.optStr(o, keySubResource, r.SubResource)
-	if r.RequestKind != nil {
-		o.Insert(keyRequestKind, b.gvkTerm(*r.RequestKind))
+	var buf [16][2]*ast.Term
+	items := buf[:0]
+	if b.wantRequest(keyUid) {
+		items = append(items, b.strItem(keyUid, string(r.UID)))
 	}
-	if r.RequestResource != nil {
-		o.Insert(keyRequestResource, b.gvrTerm(*r.RequestResource))
+	if b.wantRequest(keyKind) {
+		items = append(items, ast.Item(keyKind, b.gvkTerm(r.Kind)))
 	}
-	b.optStr(o, keyRequestSubResource, r.RequestSubResource)
-	b.optStr(o, keyName, r.Name)
-	b.optStr(o, keyNamespace, r.Namespace)
+	if b.wantRequest(keyResource) {
+		items = append(items, ast.Item(keyResource, b.gvrTerm(r.Resource)))
+	}
+	if b.wantRequest(keyOperation) {
+		items = append(items, b.strItem(keyOperation, string(r.Operation)))
+	}
+	if b.wantRequest(keyUserInfo) {
+		items = append(items, ast.Item(keyUserInfo, b.userInfoTerm(r)))
+	}
+	items = b.optStr(items, keySubResource, r.SubResource, b.wantRequest(keySubResource))
+	if r.RequestKind != nil && b.wantRequest(keyRequestKind) {
+		items = append(items, ast.Item(keyRequestKind, b.gvkTerm(*r.RequestKind)))
+	}
+	if r.RequestResource != nil && b.wantRequest(keyRequestResource) {
+		items = append(items, ast.Item(keyRequestResource, b.gvrTerm(*r.RequestResource)))
+	}
+	items = b.optStr(items, keyRequestSubResource, r.RequestSubResource, b.wantRequest(keyRequestSubResource))
+	items = b.optStr(items, keyName, r.Name, b.wantRequest(keyName))
+	items = b.optStr(items, keyNamespace, r.Namespace, b.wantRequest(keyNamespace))
+	dropManagedFields := b.fields != nil && b.fields.dropManagedFields
 	for _, f := range [...]struct {
 		key     *ast.Term
 		raw     runtime.RawExtension
 		decoded map[string]any
 		value   ast.Value
 	}{{keyObject, r.Object, in.Object, in.ObjectValue}, {keyOldObject, r.OldObject, in.OldObject, in.OldObjectValue}, {keyOptions, r.Options, nil, nil}} {
+		if !b.wantRequest(f.key) {
+			continue
+		}
 		if f.value != nil {
 			v := f.value
 			if dropManagedFields {
 				v = valueWithoutManagedFields(v)
 			}
-			o.Insert(f.key, b.terms.New(v))
+			items = append(items, ast.Item(f.key, b.terms.New(v)))
 			continue
 		}
 		decoded := f.decoded
@@ -153,12 +211,12 @@ func (b *inputBuilder) requestObject(in *Input, dropManagedFields bool) (ast.Obj
 		if err != nil {
 			return nil, err
 		}
-		o.Insert(f.key, term)
+		items = append(items, ast.Item(f.key, term))
 	}
-	if r.DryRun != nil {
-		o.Insert(keyDryRun, ast.BooleanTerm(*r.DryRun))
+	if r.DryRun != nil && b.wantRequest(keyDryRun) {
+		items = append(items, ast.Item(keyDryRun, ast.BooleanTerm(*r.DryRun)))
 	}
-	return o, nil
+	return ast.NewObject(items...), nil
 }
 
 // objectTerm uses the decoded object when the webhook has one, so policies
@@ -239,57 +297,83 @@ func valueWithoutManagedFields(v ast.Value) ast.Value {
 
 func (b *inputBuilder) userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {
 	u := r.UserInfo
-	o := ast.NewObject()
-	b.optStr(o, keyUsername, u.Username)
-	b.optStr(o, keyUid, u.UID)
+	var buf [4][2]*ast.Term
+	items := b.optStr(buf[:0], keyUsername, u.Username, true)
+	items = b.optStr(items, keyUid, u.UID, true)
 	if len(u.Groups) > 0 {
-		o.Insert(keyGroups, b.stringsTerm(u.Groups))
+		items = append(items, ast.Item(keyGroups, b.stringsTerm(u.Groups)))
 	}
 	if len(u.Extra) > 0 {
 		extra := ast.NewObject()
 		for k, v := range u.Extra {
 			extra.Insert(b.terms.New(ast.String(k)), b.stringsTerm(v))
 		}
-		o.Insert(keyExtra, b.terms.New(extra))
+		items = append(items, ast.Item(keyExtra, b.terms.New(extra)))
 	}
-	return b.terms.New(o)
+	return b.terms.New(ast.NewObject(items...))
 }
 
 func (b *inputBuilder) contextObject(c Facts) ast.Object {
-	o := ast.NewObject(
-		b.strItem(keyUid, c.UID),
-		b.strItem(keyUser, c.User),
-		ast.Item(keyGroups, b.stringsTerm(c.Groups)),
-		b.strItem(keyOperation, c.Operation),
-		ast.Item(keyKind, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Kind.Group), b.strItem(keyVersion, c.Kind.Version), b.strItem(keyKind, c.Kind.Kind)))),
-		ast.Item(keyResource, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Resource.Group), b.strItem(keyVersion, c.Resource.Version), b.strItem(keyResource, c.Resource.Resource)))),
-		b.strItem(keyNamespace, c.Namespace),
-		b.strItem(keyName, c.Name),
-		ast.Item(keyLabels, b.stringMapTerm(c.Labels)),
-		ast.Item(keyAnnotations, b.stringMapTerm(c.Annotations)),
-		b.strItem(keyRole, c.Role),
-		ast.Item(keyDryRun, ast.BooleanTerm(c.DryRun)),
-		b.strItem(keyTime, c.Time.Format(time.RFC3339Nano)),
-	)
-	b.optStr(o, keyUserUID, c.UserUID)
-	b.optStr(o, keySubResource, c.SubResource)
-	if len(c.Extra) > 0 {
+	var buf [20][2]*ast.Term
+	items := buf[:0]
+	if b.wantContext(keyUid) {
+		items = append(items, b.strItem(keyUid, c.UID))
+	}
+	if b.wantContext(keyUser) {
+		items = append(items, b.strItem(keyUser, c.User))
+	}
+	if b.wantContext(keyGroups) {
+		items = append(items, ast.Item(keyGroups, b.stringsTerm(c.Groups)))
+	}
+	if b.wantContext(keyOperation) {
+		items = append(items, b.strItem(keyOperation, c.Operation))
+	}
+	if b.wantContext(keyKind) {
+		items = append(items, ast.Item(keyKind, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Kind.Group), b.strItem(keyVersion, c.Kind.Version), b.strItem(keyKind, c.Kind.Kind)))))
+	}
+	if b.wantContext(keyResource) {
+		items = append(items, ast.Item(keyResource, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Resource.Group), b.strItem(keyVersion, c.Resource.Version), b.strItem(keyResource, c.Resource.Resource)))))
+	}
+	if b.wantContext(keyNamespace) {
+		items = append(items, b.strItem(keyNamespace, c.Namespace))
+	}
+	if b.wantContext(keyName) {
+		items = append(items, b.strItem(keyName, c.Name))
+	}
+	if b.wantContext(keyLabels) {
+		items = append(items, ast.Item(keyLabels, b.stringMapTerm(c.Labels)))
+	}
+	if b.wantContext(keyAnnotations) {
+		items = append(items, ast.Item(keyAnnotations, b.stringMapTerm(c.Annotations)))
+	}
+	if b.wantContext(keyRole) {
+		items = append(items, b.strItem(keyRole, c.Role))
+	}
+	if b.wantContext(keyDryRun) {
+		items = append(items, ast.Item(keyDryRun, ast.BooleanTerm(c.DryRun)))
+	}
+	if b.wantContext(keyTime) {
+		items = append(items, b.strItem(keyTime, c.Time.Format(time.RFC3339Nano)))
+	}
+	items = b.optStr(items, keyUserUID, c.UserUID, b.wantContext(keyUserUID))
+	items = b.optStr(items, keySubResource, c.SubResource, b.wantContext(keySubResource))
+	if len(c.Extra) > 0 && b.wantContext(keyExtra) {
 		extra := ast.NewObject()
 		for k, v := range c.Extra {
 			extra.Insert(b.terms.New(ast.String(k)), b.stringsTerm(v))
 		}
-		o.Insert(keyExtra, b.terms.New(extra))
+		items = append(items, ast.Item(keyExtra, b.terms.New(extra)))
 	}
-	if w := c.Window; w != nil {
-		o.Insert(keyWindow, b.terms.New(ast.NewObject(
+	if w := c.Window; w != nil && b.wantContext(keyWindow) {
+		items = append(items, ast.Item(keyWindow, b.terms.New(ast.NewObject(
 			b.strItem(keyKey, w.Key),
 			ast.Item(keyCount, ast.IntNumberTerm(w.Count)),
 			ast.Item(keyLimit, ast.IntNumberTerm(w.Limit)),
 			ast.Item(keyPeriodSeconds, ast.NumberTerm(json.Number(fmt.Sprint(w.PeriodSeconds)))),
 			ast.Item(keyRemaining, ast.IntNumberTerm(w.Remaining)),
-		)))
+		))))
 	}
-	return o
+	return ast.NewObject(items...)
 }
 
 func (b *inputBuilder) gvkTerm(k metav1.GroupVersionKind) *ast.Term {
@@ -304,10 +388,12 @@ func (b *inputBuilder) strItem(k *ast.Term, v string) [2]*ast.Term {
 	return ast.Item(k, b.terms.New(ast.String(v)))
 }
 
-func (b *inputBuilder) optStr(o ast.Object, k *ast.Term, v string) {
-	if v != "" {
-		o.Insert(k, b.terms.New(ast.String(v)))
+// optStr appends member k when v is set and wanted.
+func (b *inputBuilder) optStr(items [][2]*ast.Term, k *ast.Term, v string, wanted bool) [][2]*ast.Term {
+	if v != "" && wanted {
+		items = append(items, ast.Item(k, b.terms.New(ast.String(v))))
 	}
+	return items
 }
 
 func (b *inputBuilder) stringsTerm(list []string) *ast.Term {

@@ -50,6 +50,8 @@ type Set struct {
 	// patterns are each role's pattern policies, judged on the validating
 	// path beside the validate query; absent for a role without any.
 	patterns map[string][]*pattern.Policy
+	// fields is what of the input the set's policies may read.
+	fields *inputFields
 }
 
 // Load reads a policy directory (roles.yaml, *.rego, data.json|yaml),
@@ -92,7 +94,8 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	if problems = append(problems, undeclaredPackages(roles, rolesSrc, compiled)...); len(problems) > 0 {
 		return nil, problems
 	}
-	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, patternFiles), Roles: roles, Compiled: compiled, patterns: patterns}
+	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, patternFiles), Roles: roles, Compiled: compiled, patterns: patterns,
+		fields: newInputFields(compiled)}
 	problems = set.prepare(ctx, rolesSrc, opts.EvalTimeout)
 	if !opts.SkipTests && len(problems) == 0 {
 		results, err := compiled.RunTests(ctx)
