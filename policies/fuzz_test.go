@@ -1,15 +1,21 @@
 package policies
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	admissionv1 "k8s.io/api/admission/v1"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/rego"
 )
 
 // FuzzInputValueMatchesItsJSONForm holds the hot-path Rego input builder
@@ -109,6 +115,73 @@ func FuzzParseRoleTable(f *testing.F) {
 		}
 		if _, ok := table.Roles[table.DefaultRole]; !ok {
 			t.Fatalf("a parsed table's default role %q is one of its roles %v", table.DefaultRole, table.Names())
+		}
+	})
+}
+
+// FuzzPlannedEvaluationMatchesReference holds the engine's evaluation
+// (planned by OPA's planner, run by rego/planeval, on the projected input
+// decoded in one pass) to OPA's own evaluation of the full input document,
+// for every bundled role's queries on QuantumNode objects nobody wrote.
+func FuzzPlannedEvaluationMatchesReference(f *testing.F) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(`{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"n","labels":{"topology.kubernetes.io/zone":"cn-shanghai"},"annotations":{"qn.dev/role":"realtime","qn.dev/latency-budget-ms":"20"}},"spec":{"hardware":{"arch":"arm64"},"services":[{"name":"mqtt","port":8883},{"name":"mqtt","port":8883}]}}`), uint8(0))
+	f.Add([]byte(`{"metadata":{"annotations":{"qn.dev/role":"batch"}},"spec":{"services":[{"name":"","port":70000},{"port":0}],"replicas":3}}`), uint8(1))
+	f.Add([]byte(`{"metadata":{"labels":{"qn.dev/managed-by":"someone-else"}},"spec":{"hardware":{"arch":"riscv64"},"services":"x"}}`), uint8(2))
+	files, _ := filepath.Glob("../test/load/testdata/*.json")
+	for _, file := range files {
+		body, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var rev admissionv1.AdmissionReview
+		if kjson.UnmarshalCaseSensitivePreserveInts(body, &rev) == nil && rev.Request != nil && len(rev.Request.Object.Raw) > 0 {
+			f.Add([]byte(rev.Request.Object.Raw), uint8(0))
+		}
+	}
+	roles := make([]string, 0, len(set.validate))
+	for role := range set.validate {
+		roles = append(roles, role)
+	}
+	sort.Strings(roles)
+	f.Fuzz(func(t *testing.T, object []byte, op uint8) {
+		var m map[string]any
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &m); err != nil || m == nil {
+			return
+		}
+		if _, err := astjson.Decode(object); err != nil {
+			return // the webhook refuses it (a duplicate key) before any policy
+		}
+		var req *admissionv1.AdmissionRequest
+		switch op % 3 {
+		case 0:
+			req = quantumNodeRequest(admissionv1.Create, "alice", object, nil)
+		case 1:
+			req = quantumNodeRequest(admissionv1.Update, "alice", object, object)
+		default:
+			req = quantumNodeRequest(admissionv1.Delete, "alice", nil, object)
+		}
+		in := requestInput(t, req)
+		decodedOnce := valueForm(t, in)
+		for _, role := range roles {
+			for _, q := range []*rego.Query{set.validate[role], set.mutate[role]} {
+				if q == nil {
+					continue
+				}
+				facts := in.Facts
+				facts.Role = role
+				ref, refErr := evalReference(q, in, facts)
+				got, gotErr := evalFast(set, q, decodedOnce, facts)
+				if (gotErr != nil) != (refErr != nil) {
+					t.Fatalf("role %s: planned error %v, reference error %v", role, gotErr, refErr)
+				}
+				if gotErr == nil && !reflect.DeepEqual(got, ref) {
+					t.Fatalf("role %s: planned %+v, reference %+v", role, got, ref)
+				}
+			}
 		}
 	})
 }
