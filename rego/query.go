@@ -48,10 +48,12 @@ type Query struct {
 	// evaluations use: no per-evaluation metrics, result set or cancel
 	// goroutine.
 	compiled *compiledQuery
-	// program is the query planned to OPA's IR, which Eval runs when set
-	// (plan.go); notPlanned says why it is not.
-	program    *planeval.Program
-	notPlanned string
+	// program plans the query to OPA's IR on first use and prepares it for
+	// planeval, which Eval runs when planning succeeded (plan.go). Lazy:
+	// the planner walks every module of the set, so planning all of a
+	// large set's roles at load would cost seconds for roles that may
+	// never be asked.
+	program func() (*planeval.Program, error)
 	// outputKeys are the outputs' variable names as keys of a planned result.
 	outputKeys []*ast.Term
 }
@@ -111,9 +113,7 @@ func (c *Compiled) Prepare(ctx context.Context, packages []string, rules []strin
 	for _, out := range outputs {
 		q.outputKeys = append(q.outputKeys, ast.StringTerm(out.variable))
 	}
-	if q.program, err = c.planProgram(query); err != nil {
-		q.program, q.notPlanned = nil, err.Error()
-	}
+	q.program = sync.OnceValues(func() (*planeval.Program, error) { return c.planProgram(query) })
 	return q, nil
 }
 
@@ -202,10 +202,12 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 	var bindings map[string]any
 	var err error
 	switch {
-	case len(opts) == 0 && q.program != nil:
-		bindings, err = q.evalPlanned(ctx, input)
 	case len(opts) == 0:
-		bindings, err = q.evalDirect(ctx, input, nil)
+		if program, planErr := q.program(); planErr == nil {
+			bindings, err = q.evalPlanned(ctx, program, input)
+		} else {
+			bindings, err = q.evalDirect(ctx, input, nil)
+		}
 	default:
 		bindings, err = q.evalPrepared(ctx, input, opts)
 	}
