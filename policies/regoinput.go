@@ -306,7 +306,7 @@ func (b *inputBuilder) userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {
 	if len(u.Extra) > 0 {
 		extra := ast.NewObject()
 		for k, v := range u.Extra {
-			extra.Insert(b.terms.New(ast.String(k)), b.stringsTerm(v))
+			extra.Insert(b.terms.New(b.terms.String(k)), b.stringsTerm(v))
 		}
 		items = append(items, ast.Item(keyExtra, b.terms.New(extra)))
 	}
@@ -360,7 +360,7 @@ func (b *inputBuilder) contextObject(c Facts) ast.Object {
 	if len(c.Extra) > 0 && b.wantContext(keyExtra) {
 		extra := ast.NewObject()
 		for k, v := range c.Extra {
-			extra.Insert(b.terms.New(ast.String(k)), b.stringsTerm(v))
+			extra.Insert(b.terms.New(b.terms.String(k)), b.stringsTerm(v))
 		}
 		items = append(items, ast.Item(keyExtra, b.terms.New(extra)))
 	}
@@ -385,13 +385,13 @@ func (b *inputBuilder) gvrTerm(r metav1.GroupVersionResource) *ast.Term {
 }
 
 func (b *inputBuilder) strItem(k *ast.Term, v string) [2]*ast.Term {
-	return ast.Item(k, b.terms.New(ast.String(v)))
+	return ast.Item(k, b.terms.New(b.terms.String(v)))
 }
 
 // optStr appends member k when v is set and wanted.
 func (b *inputBuilder) optStr(items [][2]*ast.Term, k *ast.Term, v string, wanted bool) [][2]*ast.Term {
 	if v != "" && wanted {
-		items = append(items, ast.Item(k, b.terms.New(ast.String(v))))
+		items = append(items, ast.Item(k, b.terms.New(b.terms.String(v))))
 	}
 	return items
 }
@@ -399,7 +399,7 @@ func (b *inputBuilder) optStr(items [][2]*ast.Term, k *ast.Term, v string, wante
 func (b *inputBuilder) stringsTerm(list []string) *ast.Term {
 	terms := make([]*ast.Term, len(list))
 	for i, s := range list {
-		terms[i] = b.terms.New(ast.String(s))
+		terms[i] = b.terms.New(b.terms.String(s))
 	}
 	return b.terms.New(ast.NewArray(terms...))
 }
@@ -407,7 +407,7 @@ func (b *inputBuilder) stringsTerm(list []string) *ast.Term {
 func (b *inputBuilder) stringMapTerm(m map[string]string) *ast.Term {
 	o := ast.NewObject()
 	for k, v := range m {
-		o.Insert(b.terms.New(ast.String(k)), b.terms.New(ast.String(v)))
+		o.Insert(b.terms.New(b.terms.String(k)), b.terms.New(b.terms.String(v)))
 	}
 	return b.terms.New(o)
 }

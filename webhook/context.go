@@ -28,7 +28,7 @@ var ownKinds = map[schema.GroupKind]string{
 // request says, a kind that does not match its resource) are errors.
 //
 // It fills in.Object, in.OldObject and in.Facts from in.Request.
-func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.Input, error) {
+func extractInput(req *admissionv1.AdmissionRequest, objs *decodedObjects, now time.Time) (*policies.Input, error) {
 	in := &policies.Input{Request: req}
 	if !slices.Contains(policies.Operations, string(req.Operation)) {
 		return nil, fmt.Errorf("request.operation %q is not one of %s", req.Operation, strings.Join(policies.Operations, ", "))
@@ -45,11 +45,22 @@ func extractInput(req *admissionv1.AdmissionRequest, now time.Time) (*policies.I
 		}
 	}
 	var err error
-	if in.ObjectValue, err = decodeObject("request.object", req.Object.Raw, req); err != nil {
-		return nil, err
-	}
-	if in.OldObjectValue, err = decodeObject("request.oldObject", req.OldObject.Raw, req); err != nil {
-		return nil, err
+	if objs != nil {
+		// Decoded with the envelope (decodeReviewOnePass).
+		in.ObjectValue, in.OldObjectValue = objs.object, objs.oldObject
+		if err = checkObjectKind("request.object", in.ObjectValue, req); err != nil {
+			return nil, err
+		}
+		if err = checkObjectKind("request.oldObject", in.OldObjectValue, req); err != nil {
+			return nil, err
+		}
+	} else {
+		if in.ObjectValue, err = decodeObject("request.object", req.Object.Raw, req); err != nil {
+			return nil, err
+		}
+		if in.OldObjectValue, err = decodeObject("request.oldObject", req.OldObject.Raw, req); err != nil {
+			return nil, err
+		}
 	}
 	meta := in.ObjectValue
 	if meta == nil {
@@ -167,15 +178,25 @@ func decodeObject(field string, raw []byte, req *admissionv1.AdmissionRequest) (
 		}
 		return nil, fmt.Errorf("%s is malformed: %v", field, err)
 	}
-	if req.SubResource == "" {
-		want := schema.GroupVersion{Group: req.Kind.Group, Version: req.Kind.Version}.String()
-		apiVersion, _ := policies.ValueAt(v, "apiVersion").(ast.String)
-		kind, _ := policies.ValueAt(v, "kind").(ast.String)
-		if string(apiVersion) != want || string(kind) != req.Kind.Kind {
-			return nil, fmt.Errorf("%s is apiVersion %q kind %q, but request.kind says %s", field, string(apiVersion), string(kind), gvkString(req.Kind.Group, req.Kind.Version, req.Kind.Kind))
-		}
+	if err := checkObjectKind(field, v, req); err != nil {
+		return nil, err
 	}
 	return v, nil
+}
+
+// checkObjectKind holds an object (nil: absent) to request.kind, unless
+// the request is for a subresource, whose body is another kind.
+func checkObjectKind(field string, v ast.Value, req *admissionv1.AdmissionRequest) error {
+	if v == nil || req.SubResource != "" {
+		return nil
+	}
+	want := schema.GroupVersion{Group: req.Kind.Group, Version: req.Kind.Version}.String()
+	apiVersion, _ := policies.ValueAt(v, "apiVersion").(ast.String)
+	kind, _ := policies.ValueAt(v, "kind").(ast.String)
+	if string(apiVersion) != want || string(kind) != req.Kind.Kind {
+		return fmt.Errorf("%s is apiVersion %q kind %q, but request.kind says %s", field, string(apiVersion), string(kind), gvkString(req.Kind.Group, req.Kind.Version, req.Kind.Kind))
+	}
+	return nil
 }
 
 func gvkString(group, version, kind string) string {

@@ -84,33 +84,38 @@ func readReviewBody(r *http.Request, maxBytes int64) ([]byte, *requestError) {
 
 // decodeBody applies the envelope rules to a body already read: the element
 // budget first (a scan that allocates nothing), then strict decoding.
-func decodeBody(body []byte, maxElements int) (*admissionv1.AdmissionReview, *requestError) {
+func decodeBody(body []byte, maxElements int) (*admissionv1.AdmissionReview, *decodedObjects, *requestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
+		return nil, nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
 	}
 	if err := checkBudget(body, maxElements); err != nil {
-		return nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
+		return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
 	}
-	review := &admissionv1.AdmissionReview{}
-	strictErrs, err := kjson.UnmarshalStrict(body, review, kjson.DisallowDuplicateFields)
-	if err != nil {
-		return nil, badRequest(uidOf(review), "request body is not an AdmissionReview: %s", describeJSONError(err))
-	}
-	if len(strictErrs) > 0 {
-		return nil, badRequest(uidOf(review), "request body is ambiguous: %s", joinErrors(strictErrs))
+	review, objs, ok := decodeReviewOnePass(body)
+	if !ok {
+		// Anything the one-pass decoder does not take gets the strict
+		// decoder's answer, which names what is wrong.
+		review, objs = &admissionv1.AdmissionReview{}, nil
+		strictErrs, err := kjson.UnmarshalStrict(body, review, kjson.DisallowDuplicateFields)
+		if err != nil {
+			return nil, nil, badRequest(uidOf(review), "request body is not an AdmissionReview: %s", describeJSONError(err))
+		}
+		if len(strictErrs) > 0 {
+			return nil, nil, badRequest(uidOf(review), "request body is ambiguous: %s", joinErrors(strictErrs))
+		}
 	}
 	uid := uidOf(review)
 	if review.APIVersion != reviewAPIVersion || review.Kind != reviewKind {
-		return nil, badRequest(uid, "expected apiVersion %q and kind %q, got apiVersion %q and kind %q",
+		return nil, nil, badRequest(uid, "expected apiVersion %q and kind %q, got apiVersion %q and kind %q",
 			reviewAPIVersion, reviewKind, clip.String(review.APIVersion, clip.FieldBytes), clip.String(review.Kind, clip.FieldBytes))
 	}
 	if review.Request == nil {
-		return nil, badRequest("", "AdmissionReview has no request")
+		return nil, nil, badRequest("", "AdmissionReview has no request")
 	}
 	if review.Request.UID == "" {
-		return nil, badRequest("", "AdmissionReview request has no uid")
+		return nil, nil, badRequest("", "AdmissionReview request has no uid")
 	}
-	return review, nil
+	return review, objs, nil
 }
 
 func tooLarge(maxBytes int64) *requestError {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 	engine := policies.NewEngine(set, policies.EngineOptions{})
 	now := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rev, reqErr := decodeBody(body, DefaultMaxRequestElements)
+		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements)
 		if reqErr != nil {
 			if reqErr.status < 400 || reqErr.message == "" {
 				t.Fatalf("a refusal needs an error status and a message, got %d %q", reqErr.status, reqErr.message)
@@ -69,6 +70,12 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 		}
 		for _, path := range []policies.Path{policies.PathValidate, policies.PathMutate} {
 			answer, _, d := Answer(context.Background(), engine, rev.Request, path, now)
+			// The server's way, with the objects read in the envelope's
+			// pass when the one-pass decoder took the body, answers alike.
+			served, _, _ := answerDecoded(context.Background(), engine, rev.Request, objs, path, now)
+			if !reflect.DeepEqual(served.Response, answer.Response) {
+				t.Fatalf("objects decoded with the envelope: %+v; decoded apart: %+v", served.Response, answer.Response)
+			}
 			r := answer.Response
 			if r == nil || r.UID != rev.Request.UID || r.Result == nil {
 				t.Fatalf("the answer must echo uid %q, got %+v", rev.Request.UID, r)

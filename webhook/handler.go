@@ -212,14 +212,14 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		}
 		defer release()
 		step := tr.step("decode")
-		rev, reqErr := decodeBody(body, h.opts.MaxRequestElements)
+		rev, objs, reqErr := decodeBody(body, h.opts.MaxRequestElements)
 		endStep(step)
 		if reqErr != nil {
 			refuse(reqErr)
 			return
 		}
 		c.Set(uidKey, rev.Request.UID)
-		answer, in, d := Answer(tr.ctx, h.decider, rev.Request, path, h.opts.Clock.Now())
+		answer, in, d := answerDecoded(tr.ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
 		step = tr.step("encode")
 		writeReview(c.Writer, http.StatusOK, answer)
 		endStep(step)
@@ -232,8 +232,13 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 // and returns the AdmissionReview it would send, with the input and the
 // decision behind it. qnctl calls it, so offline answers are the server's.
 func Answer(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, path policies.Path, now time.Time) (*admissionv1.AdmissionReview, *policies.Input, policies.Decision) {
+	return answerDecoded(ctx, d, req, nil, path, now)
+}
+
+// answerDecoded is Answer with the objects already decoded when objs is set.
+func answerDecoded(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, objs *decodedObjects, path policies.Path, now time.Time) (*admissionv1.AdmissionReview, *policies.Input, policies.Decision) {
 	_, span := tracing.Child(ctx, "input")
-	in, err := extractInput(req, now)
+	in, err := extractInput(req, objs, now)
 	tracing.End(span, err)
 	if err != nil {
 		dec := policies.BadRequest(err.Error())
@@ -253,7 +258,7 @@ func Answer(ctx context.Context, d Decider, req *admissionv1.AdmissionRequest, p
 // case-sensitive, duplicate keys refused, admission.k8s.io/v1 only, a
 // request with a uid required).
 func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
-	rev, reqErr := decodeBody(body, DefaultMaxRequestElements)
+	rev, _, reqErr := decodeBody(body, DefaultMaxRequestElements)
 	if reqErr != nil {
 		return nil, reqErr
 	}

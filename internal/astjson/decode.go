@@ -45,6 +45,10 @@ func (e *DuplicateError) Error() string {
 // repeated key gives a *DuplicateError once the whole value is read.
 func Decode(data []byte) (ast.Value, error) {
 	d := decoder{data: data}
+	return d.decode()
+}
+
+func (d *decoder) decode() (ast.Value, error) {
 	v, err := d.value()
 	if err != nil {
 		return nil, err
@@ -74,6 +78,43 @@ type decoder struct {
 	duplicates []string
 	// items holds the members of the objects being read, innermost last.
 	items [][2]*ast.Term
+	// capture lists key paths whose values' bytes DecodeCapturing returns
+	// in captured.
+	capture  [][]string
+	captured [][]byte
+}
+
+// DecodeCapturing is Decode that also returns the bytes of the values at
+// the given paths of object keys (each a sub-slice of data, nil when the
+// path is absent): a caller that needs a member both as a value and as
+// JSON reads the input once.
+func DecodeCapturing(data []byte, paths ...[]string) (ast.Value, [][]byte, error) {
+	d := decoder{data: data, capture: paths, captured: make([][]byte, len(paths))}
+	v, err := d.decode()
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, d.captured, nil
+}
+
+// captureMember records the bytes from start to here when the member just
+// read is at one of the capture paths.
+func (d *decoder) captureMember(start int) {
+	for i, p := range d.capture {
+		if len(p) != len(d.path) {
+			continue
+		}
+		match := true
+		for j, seg := range d.path {
+			if !seg.isKey || seg.key != p[j] {
+				match = false
+				break
+			}
+		}
+		if match {
+			d.captured[i] = d.data[start:d.pos:d.pos]
+		}
+	}
 }
 
 type segment struct {
@@ -117,7 +158,7 @@ func (d *decoder) value() (ast.Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		return ast.String(s), nil
+		return d.terms.String(s), nil
 	case c == 't':
 		return d.literal("true", ast.Boolean(true))
 	case c == 'f':
@@ -169,9 +210,14 @@ func (d *decoder) object() (ast.Value, error) {
 		d.pos++
 		name := string(key.Value.(ast.String))
 		d.path = append(d.path, segment{key: name, isKey: true})
+		d.skipSpace()
+		valueStart := d.pos
 		v, err := d.value()
 		if err != nil {
 			return nil, err
+		}
+		if len(d.capture) > 0 {
+			d.captureMember(valueStart)
 		}
 		d.path = d.path[:len(d.path)-1]
 		if d.seenKey(start, &seen, name) {
@@ -288,13 +334,13 @@ func (d *decoder) keyTerm() (*ast.Term, error) {
 		if t, known := knownKeys[string(raw)]; known {
 			return t, nil
 		}
-		return d.term(ast.String(d.intern(raw))), nil
+		return d.term(d.terms.String(d.intern(raw))), nil
 	}
 	s, err := d.string()
 	if err != nil {
 		return nil, err
 	}
-	return d.term(ast.String(s)), nil
+	return d.term(d.terms.String(s)), nil
 }
 
 const (
@@ -310,7 +356,37 @@ func (d *decoder) term(v ast.Value) *ast.Term { return d.terms.New(v) }
 // The zero value is ready to use; a slab lives as long as any of its terms.
 type Terms struct {
 	slab []ast.Term
+	strs []ast.String
 }
+
+// String returns s as an ast.Value without the 16-byte box Go allocates
+// when a string becomes an interface: the string header lives in a slab
+// and the interface points at it, as the box would (TestStringValuesAre
+// PlainStrings holds the layout to the runtime's).
+func (t *Terms) String(s string) ast.Value {
+	if s == "" {
+		return ast.String("") // the zero value needs no box either
+	}
+	if len(t.strs) == cap(t.strs) {
+		t.strs = make([]ast.String, 0, termSlab)
+	}
+	t.strs = append(t.strs, ast.String(s))
+	var v ast.Value
+	iv := (*ifaceWords)(unsafe.Pointer(&v))
+	iv.tab, iv.data = stringValueTab, unsafe.Pointer(&t.strs[len(t.strs)-1])
+	return v
+}
+
+// ifaceWords is the runtime's layout of a non-empty interface value.
+type ifaceWords struct {
+	tab, data unsafe.Pointer
+}
+
+// stringValueTab is the interface table of ast.String as an ast.Value.
+var stringValueTab = func() unsafe.Pointer {
+	var v ast.Value = ast.String("x")
+	return (*ifaceWords)(unsafe.Pointer(&v)).tab
+}()
 
 // New returns a term holding v.
 func (t *Terms) New(v ast.Value) *ast.Term {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -181,5 +182,68 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestDecodeCapturingReturnsTheValuesBytes(t *testing.T) {
+	data := []byte(` {"request": {"uid":"u", "object" :  {"a": [1, {"b": "}"}]} , "old": null,"list":[{"object":1}]}, "object": "top"} `)
+	v, raw, err := DecodeCapturing(data, []string{"request", "object"}, []string{"request", "old"}, []string{"request", "missing"}, []string{"object"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`{"a": [1, {"b": "}"}]}`, `null`, "", `"top"`}
+	for i, w := range want {
+		if string(raw[i]) != w {
+			t.Errorf("capture %d: %q, want %q", i, raw[i], w)
+		}
+	}
+	if raw[2] != nil {
+		t.Errorf("an absent path captures nil, got %q", raw[2])
+	}
+	plain, err := Decode(data)
+	if err != nil || plain.Compare(v) != 0 {
+		t.Fatalf("DecodeCapturing's value %v differs from Decode's %v (%v)", v, plain, err)
+	}
+	if _, _, err := DecodeCapturing([]byte(`{"a":1,"a":2}`), []string{"a"}); err == nil {
+		t.Fatal("a duplicate key is still an error")
+	}
+}
+
+// Terms.String's values are ast.String values in every way OPA and Go
+// look at them, and survive garbage collection while only they hold the
+// slab.
+func TestStringValuesArePlainStrings(t *testing.T) {
+	var terms Terms
+	var values []ast.Value
+	for i := range 200 {
+		values = append(values, terms.String(fmt.Sprintf("value-%d", i)))
+	}
+	terms = Terms{} // only the values keep the slabs alive now
+	for range 3 {
+		runtime.GC()
+	}
+	for i, v := range values {
+		want := ast.String(fmt.Sprintf("value-%d", i))
+		s, ok := v.(ast.String)
+		if !ok || s != want {
+			t.Fatalf("value %d: %T %q, want ast.String %q", i, v, s, want)
+		}
+		if v.Compare(want) != 0 || want.Compare(v) != 0 || v.Hash() != want.Hash() || v.String() != want.String() {
+			t.Fatalf("value %d compares, hashes or prints unlike ast.String", i)
+		}
+		if v != ast.Value(want) {
+			t.Fatalf("value %d is not == to the same ast.String", i)
+		}
+		switch v.(type) {
+		case ast.String:
+		default:
+			t.Fatalf("value %d does not switch as ast.String", i)
+		}
+	}
+	if v := terms.String(""); v != ast.Value(ast.String("")) {
+		t.Fatal("the empty string")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = terms.String("no box") }); n > 0.1 {
+		t.Fatalf("%.2f allocations per string; want a slab now and then", n)
 	}
 }

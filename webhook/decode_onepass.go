@@ -1,0 +1,228 @@
+package webhook
+
+import (
+	"github.com/open-policy-agent/opa/v1/ast"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/quantumnode/qn-admission/internal/astjson"
+)
+
+// decodedObjects are request.object and request.oldObject as Rego values,
+// read in the same pass as the envelope (nil when absent or null).
+type decodedObjects struct {
+	object, oldObject ast.Value
+}
+
+// Paths whose bytes the one-pass decoder keeps as RawExtensions.
+var (
+	pathObject    = []string{"request", "object"}
+	pathOldObject = []string{"request", "oldObject"}
+	pathOptions   = []string{"request", "options"}
+)
+
+// decodeReviewOnePass reads an AdmissionReview body once (internal/astjson)
+// into the typed review and the objects' Rego values: the envelope and the
+// objects used to be scanned three times (validated, decoded by
+// sigs.k8s.io/json with the objects kept raw, then the objects decoded to
+// Rego). ok is false for anything it does not decode exactly as
+// sigs.k8s.io/json's strict, case-sensitive decoding would (a field it does
+// not know, a null or a type it does not expect, a duplicate key, an object
+// that is not a JSON object): the caller then decodes the body the old way,
+// whose errors name the field. FuzzOnePassDecodingAgrees holds the two
+// equal.
+func decodeReviewOnePass(body []byte) (*admissionv1.AdmissionReview, *decodedObjects, bool) {
+	v, raw, err := astjson.DecodeCapturing(body, pathObject, pathOldObject, pathOptions)
+	if err != nil {
+		return nil, nil, false
+	}
+	top, isObj := v.(ast.Object)
+	if !isObj {
+		return nil, nil, false
+	}
+	rev := &admissionv1.AdmissionReview{}
+	objs := &decodedObjects{}
+	ok := true
+	top.Until(func(k, val *ast.Term) bool {
+		switch key, _ := k.Value.(ast.String); key {
+		case "apiVersion":
+			rev.APIVersion, ok = str(val)
+		case "kind":
+			rev.Kind, ok = str(val)
+		case "request":
+			rev.Request, ok = requestFrom(val, raw, objs)
+		default:
+			ok = false // a response, or a field strict decoding refuses
+		}
+		return !ok
+	})
+	if !ok {
+		return nil, nil, false
+	}
+	return rev, objs, true
+}
+
+func requestFrom(t *ast.Term, raw [][]byte, objs *decodedObjects) (*admissionv1.AdmissionRequest, bool) {
+	obj, isObj := t.Value.(ast.Object)
+	if !isObj {
+		return nil, false
+	}
+	r := &admissionv1.AdmissionRequest{}
+	ok := true
+	obj.Until(func(k, val *ast.Term) bool {
+		var s string
+		switch key, _ := k.Value.(ast.String); key {
+		case "uid":
+			s, ok = str(val)
+			r.UID = types.UID(s)
+		case "kind":
+			r.Kind, ok = gvk(val)
+		case "resource":
+			r.Resource, ok = gvr(val)
+		case "subResource":
+			r.SubResource, ok = str(val)
+		case "requestKind":
+			var k metav1.GroupVersionKind
+			k, ok = gvk(val)
+			r.RequestKind = &k
+		case "requestResource":
+			var res metav1.GroupVersionResource
+			res, ok = gvr(val)
+			r.RequestResource = &res
+		case "requestSubResource":
+			r.RequestSubResource, ok = str(val)
+		case "name":
+			r.Name, ok = str(val)
+		case "namespace":
+			r.Namespace, ok = str(val)
+		case "operation":
+			s, ok = str(val)
+			r.Operation = admissionv1.Operation(s)
+		case "userInfo":
+			r.UserInfo, ok = userInfo(val)
+		case "object":
+			r.Object, objs.object, ok = embedded(val, raw[0], true)
+		case "oldObject":
+			r.OldObject, objs.oldObject, ok = embedded(val, raw[1], true)
+		case "options":
+			r.Options, _, ok = embedded(val, raw[2], false)
+		case "dryRun":
+			b, isBool := val.Value.(ast.Boolean)
+			r.DryRun, ok = new(bool(b)), isBool
+		default:
+			ok = false
+		}
+		return !ok
+	})
+	return r, ok
+}
+
+// embedded is a RawExtension member: its bytes as sigs.k8s.io/json keeps
+// them (none for null), and its value when it must be an object.
+func embedded(t *ast.Term, raw []byte, object bool) (runtime.RawExtension, ast.Value, bool) {
+	switch t.Value.(type) {
+	case ast.Null:
+		return runtime.RawExtension{}, nil, true
+	case ast.Object:
+		return runtime.RawExtension{Raw: raw}, t.Value, raw != nil
+	}
+	// Only options may be any JSON; an object that is not one gets the
+	// old path's clear error.
+	return runtime.RawExtension{Raw: raw}, nil, !object && raw != nil
+}
+
+func str(t *ast.Term) (string, bool) {
+	s, ok := t.Value.(ast.String)
+	return string(s), ok
+}
+
+func strings3(t *ast.Term, names [3]string) ([3]string, bool) {
+	var out [3]string
+	obj, isObj := t.Value.(ast.Object)
+	if !isObj {
+		return out, false
+	}
+	ok := true
+	obj.Until(func(k, val *ast.Term) bool {
+		key, _ := k.Value.(ast.String)
+		i := 0
+		for i < 3 && names[i] != string(key) {
+			i++
+		}
+		if i == 3 {
+			ok = false
+			return true
+		}
+		out[i], ok = str(val)
+		return !ok
+	})
+	return out, ok
+}
+
+func gvk(t *ast.Term) (metav1.GroupVersionKind, bool) {
+	f, ok := strings3(t, [3]string{"group", "version", "kind"})
+	return metav1.GroupVersionKind{Group: f[0], Version: f[1], Kind: f[2]}, ok
+}
+
+func gvr(t *ast.Term) (metav1.GroupVersionResource, bool) {
+	f, ok := strings3(t, [3]string{"group", "version", "resource"})
+	return metav1.GroupVersionResource{Group: f[0], Version: f[1], Resource: f[2]}, ok
+}
+
+func userInfo(t *ast.Term) (authenticationv1.UserInfo, bool) {
+	var u authenticationv1.UserInfo
+	obj, isObj := t.Value.(ast.Object)
+	if !isObj {
+		return u, false
+	}
+	ok := true
+	obj.Until(func(k, val *ast.Term) bool {
+		switch key, _ := k.Value.(ast.String); key {
+		case "username":
+			u.Username, ok = str(val)
+		case "uid":
+			u.UID, ok = str(val)
+		case "groups":
+			u.Groups, ok = stringList(val)
+		case "extra":
+			extra, isObj := val.Value.(ast.Object)
+			if !isObj {
+				ok = false
+				break
+			}
+			u.Extra = make(map[string]authenticationv1.ExtraValue, extra.Len())
+			extra.Until(func(ek, ev *ast.Term) bool {
+				name, _ := ek.Value.(ast.String)
+				var list []string
+				list, ok = stringList(ev)
+				u.Extra[string(name)] = list
+				return !ok
+			})
+		default:
+			ok = false
+		}
+		return !ok
+	})
+	return u, ok
+}
+
+// stringList is a JSON array of strings; never nil, as sigs.k8s.io/json
+// decodes [] to an empty slice.
+func stringList(t *ast.Term) ([]string, bool) {
+	arr, isArr := t.Value.(*ast.Array)
+	if !isArr {
+		return nil, false
+	}
+	out := make([]string, arr.Len())
+	for i := range out {
+		s, ok := arr.Elem(i).Value.(ast.String)
+		if !ok {
+			return nil, false
+		}
+		out[i] = string(s)
+	}
+	return out, true
+}
