@@ -160,18 +160,14 @@ func (b *inputBuilder) requestObject(in *Input) (ast.Object, error) {
 	r := in.Request
 	var buf [16][2]*ast.Term
 	items := buf[:0]
-	if b.wantRequest(keyUid) {
-		items = append(items, b.strItem(keyUid, string(r.UID)))
-	}
+	items = b.strMember(items, keyUid, string(r.UID), b.wantRequest(keyUid))
 	if b.wantRequest(keyKind) {
 		items = append(items, ast.Item(keyKind, b.gvkTerm(r.Kind)))
 	}
 	if b.wantRequest(keyResource) {
 		items = append(items, ast.Item(keyResource, b.gvrTerm(r.Resource)))
 	}
-	if b.wantRequest(keyOperation) {
-		items = append(items, b.strItem(keyOperation, string(r.Operation)))
-	}
+	items = b.strMember(items, keyOperation, string(r.Operation), b.wantRequest(keyOperation))
 	if b.wantRequest(keyUserInfo) {
 		items = append(items, ast.Item(keyUserInfo, b.userInfoTerm(r)))
 	}
@@ -316,45 +312,31 @@ func (b *inputBuilder) userInfoTerm(r *admissionv1.AdmissionRequest) *ast.Term {
 func (b *inputBuilder) contextObject(c Facts) ast.Object {
 	var buf [20][2]*ast.Term
 	items := buf[:0]
-	if b.wantContext(keyUid) {
-		items = append(items, b.strItem(keyUid, c.UID))
-	}
-	if b.wantContext(keyUser) {
-		items = append(items, b.strItem(keyUser, c.User))
-	}
+	items = b.strMember(items, keyUid, c.UID, b.wantContext(keyUid))
+	items = b.strMember(items, keyUser, c.User, b.wantContext(keyUser))
 	if b.wantContext(keyGroups) {
 		items = append(items, ast.Item(keyGroups, b.stringsTerm(c.Groups)))
 	}
-	if b.wantContext(keyOperation) {
-		items = append(items, b.strItem(keyOperation, c.Operation))
-	}
+	items = b.strMember(items, keyOperation, c.Operation, b.wantContext(keyOperation))
 	if b.wantContext(keyKind) {
 		items = append(items, ast.Item(keyKind, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Kind.Group), b.strItem(keyVersion, c.Kind.Version), b.strItem(keyKind, c.Kind.Kind)))))
 	}
 	if b.wantContext(keyResource) {
 		items = append(items, ast.Item(keyResource, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Resource.Group), b.strItem(keyVersion, c.Resource.Version), b.strItem(keyResource, c.Resource.Resource)))))
 	}
-	if b.wantContext(keyNamespace) {
-		items = append(items, b.strItem(keyNamespace, c.Namespace))
-	}
-	if b.wantContext(keyName) {
-		items = append(items, b.strItem(keyName, c.Name))
-	}
+	items = b.strMember(items, keyNamespace, c.Namespace, b.wantContext(keyNamespace))
+	items = b.strMember(items, keyName, c.Name, b.wantContext(keyName))
 	if b.wantContext(keyLabels) {
 		items = append(items, ast.Item(keyLabels, b.stringMapTerm(c.Labels)))
 	}
 	if b.wantContext(keyAnnotations) {
 		items = append(items, ast.Item(keyAnnotations, b.stringMapTerm(c.Annotations)))
 	}
-	if b.wantContext(keyRole) {
-		items = append(items, b.strItem(keyRole, c.Role))
-	}
+	items = b.strMember(items, keyRole, c.Role, b.wantContext(keyRole))
 	if b.wantContext(keyDryRun) {
 		items = append(items, ast.Item(keyDryRun, ast.BooleanTerm(c.DryRun)))
 	}
-	if b.wantContext(keyTime) {
-		items = append(items, b.strItem(keyTime, c.Time.Format(time.RFC3339Nano)))
-	}
+	items = b.strMember(items, keyTime, c.Time.Format(time.RFC3339Nano), b.wantContext(keyTime))
 	items = b.optStr(items, keyUserUID, c.UserUID, b.wantContext(keyUserUID))
 	items = b.optStr(items, keySubResource, c.SubResource, b.wantContext(keySubResource))
 	if len(c.Extra) > 0 && b.wantContext(keyExtra) {
@@ -386,6 +368,14 @@ func (b *inputBuilder) gvrTerm(r metav1.GroupVersionResource) *ast.Term {
 
 func (b *inputBuilder) strItem(k *ast.Term, v string) [2]*ast.Term {
 	return ast.Item(k, b.terms.New(b.terms.String(v)))
+}
+
+// strMember appends string member k when wanted.
+func (b *inputBuilder) strMember(items [][2]*ast.Term, k *ast.Term, v string, wanted bool) [][2]*ast.Term {
+	if wanted {
+		items = append(items, b.strItem(k, v))
+	}
+	return items
 }
 
 // optStr appends member k when v is set and wanted.

@@ -39,25 +39,18 @@ func decodeReviewOnePass(body []byte) (*admissionv1.AdmissionReview, *decodedObj
 	if err != nil {
 		return nil, nil, false
 	}
-	top, isObj := v.(ast.Object)
-	if !isObj {
-		return nil, nil, false
-	}
 	rev := &admissionv1.AdmissionReview{}
 	objs := &decodedObjects{}
-	ok := true
-	top.Until(func(k, val *ast.Term) bool {
-		switch key, _ := k.Value.(ast.String); key {
+	ok := eachMember(ast.NewTerm(v), func(key ast.String, val *ast.Term) (ok bool) {
+		switch key {
 		case "apiVersion":
 			rev.APIVersion, ok = str(val)
 		case "kind":
 			rev.Kind, ok = str(val)
 		case "request":
 			rev.Request, ok = requestFrom(val, raw, objs)
-		default:
-			ok = false // a response, or a field strict decoding refuses
 		}
-		return !ok
+		return ok // anything else: a response, or a field strict decoding refuses
 	})
 	if !ok {
 		return nil, nil, false
@@ -66,15 +59,10 @@ func decodeReviewOnePass(body []byte) (*admissionv1.AdmissionReview, *decodedObj
 }
 
 func requestFrom(t *ast.Term, raw [][]byte, objs *decodedObjects) (*admissionv1.AdmissionRequest, bool) {
-	obj, isObj := t.Value.(ast.Object)
-	if !isObj {
-		return nil, false
-	}
 	r := &admissionv1.AdmissionRequest{}
-	ok := true
-	obj.Until(func(k, val *ast.Term) bool {
+	ok := eachMember(t, func(key ast.String, val *ast.Term) (ok bool) {
 		var s string
-		switch key, _ := k.Value.(ast.String); key {
+		switch key {
 		case "uid":
 			s, ok = str(val)
 			r.UID = types.UID(s)
@@ -112,12 +100,26 @@ func requestFrom(t *ast.Term, raw [][]byte, objs *decodedObjects) (*admissionv1.
 		case "dryRun":
 			b, isBool := val.Value.(ast.Boolean)
 			r.DryRun, ok = new(bool(b)), isBool
-		default:
-			ok = false
 		}
-		return !ok
+		return ok
 	})
 	return r, ok
+}
+
+// eachMember calls member for each member of object t, until one returns
+// false; false when t is not an object or a member was refused.
+func eachMember(t *ast.Term, member func(key ast.String, val *ast.Term) bool) bool {
+	obj, isObj := t.Value.(ast.Object)
+	if !isObj {
+		return false
+	}
+	ok := true
+	obj.Until(func(k, val *ast.Term) bool {
+		key, _ := k.Value.(ast.String)
+		ok = member(key, val)
+		return !ok
+	})
+	return ok
 }
 
 // embedded is a RawExtension member: its bytes as sigs.k8s.io/json keeps
@@ -141,23 +143,13 @@ func str(t *ast.Term) (string, bool) {
 
 func strings3(t *ast.Term, names [3]string) ([3]string, bool) {
 	var out [3]string
-	obj, isObj := t.Value.(ast.Object)
-	if !isObj {
-		return out, false
-	}
-	ok := true
-	obj.Until(func(k, val *ast.Term) bool {
-		key, _ := k.Value.(ast.String)
-		i := 0
-		for i < 3 && names[i] != string(key) {
-			i++
+	ok := eachMember(t, func(key ast.String, val *ast.Term) (ok bool) {
+		for i, name := range names {
+			if name == string(key) {
+				out[i], ok = str(val)
+			}
 		}
-		if i == 3 {
-			ok = false
-			return true
-		}
-		out[i], ok = str(val)
-		return !ok
+		return ok
 	})
 	return out, ok
 }
@@ -174,13 +166,8 @@ func gvr(t *ast.Term) (metav1.GroupVersionResource, bool) {
 
 func userInfo(t *ast.Term) (authenticationv1.UserInfo, bool) {
 	var u authenticationv1.UserInfo
-	obj, isObj := t.Value.(ast.Object)
-	if !isObj {
-		return u, false
-	}
-	ok := true
-	obj.Until(func(k, val *ast.Term) bool {
-		switch key, _ := k.Value.(ast.String); key {
+	ok := eachMember(t, func(key ast.String, val *ast.Term) (ok bool) {
+		switch key {
 		case "username":
 			u.Username, ok = str(val)
 		case "uid":
@@ -188,23 +175,13 @@ func userInfo(t *ast.Term) (authenticationv1.UserInfo, bool) {
 		case "groups":
 			u.Groups, ok = stringList(val)
 		case "extra":
-			extra, isObj := val.Value.(ast.Object)
-			if !isObj {
-				ok = false
-				break
-			}
-			u.Extra = make(map[string]authenticationv1.ExtraValue, extra.Len())
-			extra.Until(func(ek, ev *ast.Term) bool {
-				name, _ := ek.Value.(ast.String)
-				var list []string
-				list, ok = stringList(ev)
-				u.Extra[string(name)] = list
-				return !ok
+			u.Extra = map[string]authenticationv1.ExtraValue{}
+			ok = eachMember(val, func(name ast.String, list *ast.Term) (ok bool) {
+				u.Extra[string(name)], ok = stringList(list)
+				return ok
 			})
-		default:
-			ok = false
 		}
-		return !ok
+		return ok
 	})
 	return u, ok
 }
