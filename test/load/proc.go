@@ -18,6 +18,10 @@ type ProcStats struct {
 	// RSS is VmRSS and HWM is VmHWM (peak RSS) of /proc/<pid>/status, bytes.
 	RSS uint64
 	HWM uint64
+	// RSSAnon and RSSFile split VmRSS: memory the process allocated
+	// (heap, stacks) and pages of mapped files, mostly the binary's code
+	// and read-only data, which grow as more code paths run once.
+	RSSAnon, RSSFile uint64
 }
 
 var clockTicks = sync.OnceValue(func() int64 {
@@ -68,6 +72,10 @@ func ReadProc(pid int) (ProcStats, error) {
 			s.RSS = parseKB(val)
 		case "VmHWM":
 			s.HWM = parseKB(val)
+		case "RssAnon":
+			s.RSSAnon = parseKB(val)
+		case "RssFile":
+			s.RSSFile = parseKB(val)
 		}
 	}
 	return s, nil

@@ -16,10 +16,11 @@ import (
 // memorySample is the server's memory at one moment of the soak.
 type memorySample struct {
 	at time.Duration
-	// rss is VmRSS; heapInUse is go_memstats_heap_inuse_bytes from its
+	// rss is VmRSS, anon and file its split (allocated memory, pages of
+	// the binary); heapInUse is go_memstats_heap_inuse_bytes from its
 	// /metrics (0 when the scrape failed): the Go heap alone, which RSS
 	// follows only loosely (the runtime returns freed pages lazily).
-	rss, heapInUse uint64
+	rss, anon, file, heapInUse uint64
 }
 
 // memorySampler reads the server's memory every interval until stopped.
@@ -50,7 +51,7 @@ func sampleMemory(pid int, metricsURL string, interval time.Duration) *memorySam
 			}
 			heap, _ := scrapeGauge(ctx, metricsURL, "go_memstats_heap_inuse_bytes")
 			s.mu.Lock()
-			s.samples = append(s.samples, memorySample{at: time.Since(start), rss: st.RSS, heapInUse: uint64(heap)})
+			s.samples = append(s.samples, memorySample{at: time.Since(start), rss: st.RSS, anon: st.RSSAnon, file: st.RSSFile, heapInUse: uint64(heap)})
 			s.mu.Unlock()
 		}
 	}()
@@ -78,14 +79,14 @@ func steady(samples []memorySample, from time.Duration) (memorySample, bool) {
 	return memorySample{}, false
 }
 
-// series is the samples as "0m RSS/heap" pairs, for the log.
+// series is the samples as "0m RSS(anon+file)/heap", for the log.
 func series(samples []memorySample, every int) string {
 	var b strings.Builder
 	for i, s := range samples {
 		if i%every != 0 && i != len(samples)-1 {
 			continue
 		}
-		fmt.Fprintf(&b, " %s %.1f/%.1f", s.at.Round(time.Second), mib(s.rss), mib(s.heapInUse))
+		fmt.Fprintf(&b, " %s %.1f(%.1f+%.1f)/%.1f", s.at.Round(time.Second), mib(s.rss), mib(s.anon), mib(s.file), mib(s.heapInUse))
 	}
 	return strings.TrimSpace(b.String())
 }

@@ -108,13 +108,13 @@ func TestSoak(t *testing.T) {
 	if after.RSS > before.RSS*3/2 {
 		t.Errorf("RSS grew from %.1f to %.1f MiB during the soak", mib(before.RSS), mib(after.RSS))
 	}
-	t.Logf("memory, MiB RSS/heap in use: %s", series(samples, 3))
+	t.Logf("memory, MiB RSS(anon+file)/heap in use: %s", series(samples, 3))
 	// A long soak is flat when the end is within ±10 % of its steady state,
 	// the first sample after a sixth of the run (5 minutes of 30).
 	if base, ok := steady(samples, duration/6); ok && duration >= 3*time.Minute {
-		t.Logf("steady state at %s: RSS %.1f MiB, heap %.1f MiB; end: RSS %.1f MiB (%+.1f %%), heap %.1f MiB",
-			base.at.Round(time.Second), mib(base.rss), mib(base.heapInUse), mib(after.RSS),
-			100*(float64(after.RSS)/float64(base.rss)-1), mib(samples[len(samples)-1].heapInUse))
+		t.Logf("steady state at %s: RSS %.1f MiB (anon %.1f, file %.1f), heap %.1f MiB; end: RSS %.1f MiB (%+.1f %%; anon %.1f, file %.1f), heap %.1f MiB",
+			base.at.Round(time.Second), mib(base.rss), mib(base.anon), mib(base.file), mib(base.heapInUse), mib(after.RSS),
+			100*(float64(after.RSS)/float64(base.rss)-1), mib(after.RSSAnon), mib(after.RSSFile), mib(samples[len(samples)-1].heapInUse))
 		if float64(after.RSS) > 1.10*float64(base.rss) {
 			t.Errorf("RSS grew from %.1f MiB at %s to %.1f MiB at the end: more than 10 %% over the steady state",
 				mib(base.rss), base.at.Round(time.Second), mib(after.RSS))
