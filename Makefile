@@ -3,16 +3,22 @@ SHELL := /usr/bin/env bash
 K8S_VERSION ?= v1.36.3
 GO ?= go
 BIN := bin
+# Build tags of every binary we build. nomsgpack leaves gin's MessagePack
+# codec (github.com/ugorji/go/codec) out: nothing here speaks MessagePack,
+# and without it qn-webhook is 9.5 MB smaller and its RSS 3.5 MiB lower
+# (the codec's code and tables are touched at start-up). Plain `go build`
+# works too, just larger.
+BUILD_TAGS ?= nomsgpack
 
 .PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean rbac
 
 ## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080, rate windows in memory; more flags in ARGS (e.g. ARGS="--window-store redis")
 run:
-	$(GO) run ./cmd/qn-webhook --tls-self-signed --log-format text $(ARGS)
+	$(GO) run -tags '$(BUILD_TAGS)' ./cmd/qn-webhook --tls-self-signed --log-format text $(ARGS)
 
 ## run-controller: start qn-controller against the current kubeconfig
 run-controller:
-	$(GO) run ./cmd/qn-controller
+	$(GO) run -tags '$(BUILD_TAGS)' ./cmd/qn-controller
 
 ## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver
 test: fmt-check vet staticcheck policy-test alerts-test
@@ -71,7 +77,7 @@ k8s-bins:
 	@K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -tags '$(BUILD_TAGS)' -o $(BIN)/ ./cmd/...
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi

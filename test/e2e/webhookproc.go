@@ -25,11 +25,15 @@ import (
 	"github.com/quantumnode/qn-admission/rego"
 )
 
+// BuildTags are the build tags the Makefile's BUILD_TAGS gives every
+// binary: tests and benchmarks run qn-webhook as it is shipped.
+const BuildTags = "nomsgpack"
+
 // BuildWebhook compiles cmd/qn-webhook into dir: the suite runs the real
 // binary, flags and all.
 func BuildWebhook(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "qn-webhook")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/qn-webhook")
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", BuildTags, "-o", bin, "./cmd/qn-webhook")
 	cmd.Dir = ModuleRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/qn-webhook: %v\n%s", err, out)

@@ -72,7 +72,7 @@ func BuildProfilingWebhook(ctx context.Context, dir string) (string, error) {
 }
 
 func goBuild(ctx context.Context, out, pkg string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", e2e.BuildTags, "-o", out, pkg)
 	cmd.Dir = ModuleRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
