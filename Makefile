@@ -51,7 +51,7 @@ chart:
 
 ## fuzz: run every Go fuzz target for FUZZTIME each (default 30s; make test runs only their seed corpora)
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./webhook/:FuzzDecodeAndAnswer ./webhook/:FuzzOnePassDecodingAgrees ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzPlannedEvaluationMatchesReference ./policies/:FuzzParseRoleTable ./internal/qnctl/:FuzzEvalInput ./internal/astjson/:FuzzDecodeAgreesWithTheReference
+FUZZ_TARGETS := ./policies/:FuzzScopedPatchMatchesWholeDocument ./webhook/:FuzzDecodeAndAnswer ./webhook/:FuzzOnePassDecodingAgrees ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzPlannedEvaluationMatchesReference ./policies/:FuzzParseRoleTable ./internal/qnctl/:FuzzEvalInput ./internal/astjson/:FuzzDecodeAgreesWithTheReference
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

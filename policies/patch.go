@@ -3,6 +3,8 @@ package policies
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
 	"gomodules.xyz/jsonpatch/v2"
@@ -14,6 +16,11 @@ import (
 // JSONPatch from the object as sent to the object as patched. Going through
 // the diff means a no-op (a label already set) yields no patch, and adds
 // under a missing parent (no metadata.labels yet) create the parent.
+//
+// Only the smallest object of the document that holds every operation's
+// target is encoded, patched and diffed (metadata.labels for the bundled
+// managed-by label): parts no operation reaches cannot differ, so the
+// patch is the same as the whole document's, at a fraction of the cost.
 func diffPatch(decoded map[string]any, ops []rego.PatchOp) ([]byte, int, error) {
 	if len(ops) == 0 {
 		return nil, 0, nil
@@ -21,33 +28,157 @@ func diffPatch(decoded map[string]any, ops []rego.PatchOp) ([]byte, int, error) 
 	if decoded == nil {
 		return nil, 0, fmt.Errorf("policies proposed %d patch operations but the request carries no object", len(ops))
 	}
-	// Diff against the object as decoded, so the patch is relative to what
-	// policies saw; JSON Patch paths are independent of key order.
-	object, err := json.Marshal(decoded)
-	if err != nil {
-		return nil, 0, fmt.Errorf("encode object for patching: %w", err)
+	scope := patchScopeOf(decoded, ops)
+	rel := ops
+	if scope.raw != "" {
+		rel = make([]rego.PatchOp, len(ops))
+		for i, op := range ops {
+			rel[i] = op
+			rel[i].Path = op.Path[len(scope.raw):]
+			if op.From != "" {
+				rel[i].From = op.From[len(scope.raw):]
+			}
+		}
 	}
-	opsJSON, err := json.Marshal(ops)
+	diff, err := applyAndDiff(scope.object, rel)
 	if err != nil {
-		return nil, 0, fmt.Errorf("encode patch operations: %w", err)
-	}
-	p, err := jsonpatchapply.DecodePatch(opsJSON)
-	if err != nil {
-		return nil, 0, fmt.Errorf("decode patch operations %s: %w", opsJSON, err)
-	}
-	opts := jsonpatchapply.NewApplyOptions()
-	opts.EnsurePathExistsOnAdd = true
-	patched, err := p.ApplyWithOptions(object, opts)
-	if err != nil {
-		return nil, 0, fmt.Errorf("apply patch operations %s: %w", opsJSON, err)
-	}
-	diff, err := jsonpatch.CreatePatch(object, patched)
-	if err != nil {
-		return nil, 0, fmt.Errorf("diff patched object: %w", err)
+		// Name the operations as the policies wrote them, not as scoped.
+		opsJSON, _ := json.Marshal(ops)
+		return nil, 0, fmt.Errorf("%w (operations %s)", err, opsJSON)
 	}
 	if len(diff) == 0 {
 		return nil, 0, nil
 	}
+	for i := range diff {
+		diff[i].Path = scope.canonical + diff[i].Path
+	}
 	patch, err := json.Marshal(diff)
 	return patch, len(diff), err
 }
+
+// applyAndDiff applies ops to object and diffs the result with object.
+func applyAndDiff(object map[string]any, ops []rego.PatchOp) (diff []jsonpatch.Operation, err error) {
+	defer func() {
+		// Whatever else the library fails on is the policies' patch
+		// failing, answered like any evaluation error, not a crash.
+		if p := recover(); p != nil {
+			hint := ""
+			for _, op := range ops {
+				if op.Op == "test" && op.Value == nil {
+					// json-patch dereferences the missing value when
+					// the tested path exists.
+					hint = " (a test operation has no value)"
+				}
+			}
+			diff, err = nil, fmt.Errorf("apply patch operations: json-patch failed: %v%s", p, hint)
+		}
+	}()
+	doc, err := json.Marshal(object)
+	if err != nil {
+		return nil, fmt.Errorf("encode object for patching: %w", err)
+	}
+	opsJSON, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encode patch operations: %w", err)
+	}
+	p, err := jsonpatchapply.DecodePatch(opsJSON)
+	if err != nil {
+		return nil, fmt.Errorf("decode patch operations: %w", err)
+	}
+	opts := jsonpatchapply.NewApplyOptions()
+	opts.EnsurePathExistsOnAdd = true
+	patched, err := p.ApplyWithOptions(doc, opts)
+	if err != nil {
+		return nil, fmt.Errorf("apply patch operations: %w", err)
+	}
+	if diff, err = jsonpatch.CreatePatch(doc, patched); err != nil {
+		return nil, fmt.Errorf("diff patched object: %w", err)
+	}
+	return diff, nil
+}
+
+// patchScope is the object of the document that every operation falls
+// strictly inside, and its JSON pointer as the operations spell it (raw)
+// and as a diff spells it (canonical escaping); both "" for the whole
+// document.
+type patchScope struct {
+	object         map[string]any
+	raw, canonical string
+}
+
+// patchScopeOf walks each operation's pointers (path, and from for move
+// and copy) through existing objects, down to the parent of the target,
+// and keeps the part all walks share. Arrays end a walk: their indices
+// (and "-") are json-patch's to interpret.
+func patchScopeOf(doc map[string]any, ops []rego.PatchOp) patchScope {
+	var common []string // raw segments shared by every walk so far
+	first := true
+	limit := func(pointer string) bool {
+		segs, ok := objectAncestors(doc, pointer)
+		if !ok {
+			return false
+		}
+		if first {
+			common, first = segs, false
+			return true
+		}
+		n := 0
+		for n < len(common) && n < len(segs) && common[n] == segs[n] {
+			n++
+		}
+		common = common[:n]
+		return true
+	}
+	for _, op := range ops {
+		if !limit(op.Path) || (op.From != "" && !limit(op.From)) {
+			return patchScope{object: doc}
+		}
+	}
+	s := patchScope{object: doc}
+	var raw, canonical strings.Builder
+	for _, seg := range common {
+		s.object = s.object[unescapePointer(seg)].(map[string]any)
+		raw.WriteString("/" + seg)
+		canonical.WriteString("/" + escapePointer(unescapePointer(seg)))
+	}
+	s.raw, s.canonical = raw.String(), canonical.String()
+	return s
+}
+
+// objectAncestors returns the raw segments of pointer's ancestors that
+// exist in doc as objects, from the top. ok is false, and the whole
+// document is patched, for a pointer that does not start with "/" (the
+// whole document, or one json-patch refuses) and for one with an empty
+// key anywhere: json-patch reads an empty key as the object itself where
+// it knows the object, which differs between a document's root and a part
+// of it.
+func objectAncestors(doc map[string]any, pointer string) (segs []string, ok bool) {
+	if !strings.HasPrefix(pointer, "/") {
+		return nil, false
+	}
+	parts := strings.Split(pointer[1:], "/")
+	if slices.Contains(parts, "") {
+		return nil, false
+	}
+	node := doc
+	for _, seg := range parts[:len(parts)-1] {
+		child, isObject := node[unescapePointer(seg)].(map[string]any)
+		if !isObject {
+			break
+		}
+		segs = append(segs, seg)
+		node = child
+	}
+	return segs, true
+}
+
+// JSON pointer escaping (RFC 6901): the decoder is json-patch's, the
+// encoder the diff's.
+var (
+	pointerDecoder = strings.NewReplacer("~1", "/", "~0", "~")
+	pointerEncoder = strings.NewReplacer("~", "~0", "/", "~1")
+)
+
+func unescapePointer(seg string) string { return pointerDecoder.Replace(seg) }
+
+func escapePointer(key string) string { return pointerEncoder.Replace(key) }

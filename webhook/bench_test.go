@@ -53,9 +53,13 @@ func must(f io.Reader, err error) io.Reader {
 	return f
 }
 
-func benchmarkValidate(b *testing.B, fsys fstest.MapFS) { benchmarkValidateTraced(b, fsys, nil) }
+func benchmarkValidate(b *testing.B, fsys fstest.MapFS) { benchmarkReview(b, "/validate", fsys, nil) }
 
 func benchmarkValidateTraced(b *testing.B, fsys fstest.MapFS, tracer trace.Tracer) {
+	benchmarkReview(b, "/validate", fsys, tracer)
+}
+
+func benchmarkReview(b *testing.B, path string, fsys fstest.MapFS, tracer trace.Tracer) {
 	var set *policies.Set
 	var err error
 	if fsys == nil {
@@ -79,11 +83,12 @@ func benchmarkValidateTraced(b *testing.B, fsys fstest.MapFS, tracer trace.Trace
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		clk.SetTime(clk.Now().Add(time.Second))
-		req := httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader(bodies[i%len(bodies)]))
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(bodies[i%len(bodies)]))
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"allowed":true`) {
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"allowed":true`) ||
+			(path == "/mutate") != strings.Contains(rec.Body.String(), `"patchType":"JSONPatch"`) {
 			b.Fatalf("unexpected answer: %s", rec.Body.String())
 		}
 	}
@@ -93,6 +98,10 @@ func benchmarkValidateTraced(b *testing.B, fsys fstest.MapFS, tracer trace.Trace
 // context, role lookup, four policy packages, a window slot, encode, and the
 // decision log line (to io.Discard).
 func BenchmarkValidateRealtime(b *testing.B) { benchmarkValidate(b, nil) }
+
+// BenchmarkMutateRealtime is the whole mutate path in-process for the same
+// review, which gets the managed-by label as a JSONPatch.
+func BenchmarkMutateRealtime(b *testing.B) { benchmarkReview(b, "/mutate", nil, nil) }
 
 // BenchmarkValidateRealtimeWith1000OtherPolicies adds 1,000 roles with a
 // policy each; realtime's cost must stay flat.
