@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +92,33 @@ func series(samples []memorySample, every int) string {
 		fmt.Fprintf(&b, " %s %.1f(%.1f+%.1f)/%.1f", s.at.Round(time.Second), mib(s.rss), mib(s.anon), mib(s.file), mib(s.heapInUse))
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// saveHeapProfile writes the server's Go heap profile (after a GC) to
+// file; the server runs with --pprof.
+func saveHeapProfile(ctx context.Context, probeURL, file string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, probeURL+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", req.URL, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(file, body, 0o644)
 }
 
 // scrapeGauge reads one unlabelled sample from a Prometheus text page.

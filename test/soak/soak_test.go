@@ -46,8 +46,17 @@ func TestSoak(t *testing.T) {
 	policyDir := filepath.Join(dir, "policies")
 	copyDir(t, filepath.Join(load.ModuleRoot(), "rego", "bundle"), policyDir)
 	certDir := filepath.Join(dir, "certs")
-	server, err := load.StartWebhook(load.NameWebhook, bin, certDir,
-		"--policy-dir", policyDir, "--policy-poll-interval", "1s", "--cert-poll-interval", "1s")
+	flags := []string{"--policy-dir", policyDir, "--policy-poll-interval", "1s", "--cert-poll-interval", "1s"}
+	// SOAK_HEAP_PROFILES=dir keeps Go heap profiles of the server at the
+	// steady-state point and at the end, to tell what grew (go tool pprof
+	// -base steady.pb.gz end.pb.gz).
+	profileDir := os.Getenv("SOAK_HEAP_PROFILES")
+	var env []string
+	if profileDir != "" {
+		flags = append(flags, "--pprof")
+		env = append(env, "GODEBUG=memprofilerate=4096") // finer than the default 512 KiB
+	}
+	server, err := load.StartWebhookWithEnv(load.NameWebhook, bin, certDir, env, flags...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +89,16 @@ func TestSoak(t *testing.T) {
 	// Go heap, so that growth is told apart from filling up.
 	probeAddress := server.LogField("serving admission webhooks", "probeAddress")
 	sampler := sampleMemory(server.PID, "http://"+probeAddress+"/metrics", max(duration/30, time.Second))
+	if profileDir != "" {
+		heapProfile := func(name string) {
+			if err := saveHeapProfile(ctx, "http://"+probeAddress, filepath.Join(profileDir, name)); err != nil {
+				t.Errorf("heap profile %s: %v", name, err)
+			}
+		}
+		steadyAt := time.AfterFunc(duration/6, func() { heapProfile("steady.pb.gz") })
+		defer steadyAt.Stop()
+		defer heapProfile("end.pb.gz")
+	}
 
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	churned := make(chan churnCount, 1)
