@@ -13,10 +13,15 @@ import (
 
 // Defaults for MemoryOptions fields left at zero.
 const (
-	DefaultMaxKeys    = 100_000
-	DefaultShards     = 64
-	DefaultSweepEvery = 1024
+	DefaultMaxKeys       = 100_000
+	DefaultShards        = 64
+	DefaultSweepEvery    = 1024
+	DefaultSweepInterval = 10 * time.Second
 )
+
+// minShrink is the key count below which a shard's map is never rebuilt:
+// so small a map costs nothing worth an allocation.
+const minShrink = 64
 
 // maxShards bounds the shard array; more would only cost memory on 2 cores.
 const maxShards = 1024
@@ -53,6 +58,13 @@ type MemoryOptions struct {
 	// Take and needs no goroutine. Idle keys are also reset lazily when they
 	// are used again, and Sweep evicts them on demand.
 	SweepEvery int
+	// SweepInterval bounds how long a shard goes without a sweep while it
+	// serves Takes (default DefaultSweepInterval), so that at a low request
+	// rate idle keys leave within Period+SweepInterval rather than after
+	// SweepEvery Takes, which at 200 requests/s across 64 shards was more
+	// than five minutes. It costs at most one pass over a shard's keys per
+	// interval.
+	SweepInterval time.Duration
 }
 
 // MemoryStats is what a MemoryStore exposes for metrics.
@@ -81,10 +93,11 @@ type MemoryStore struct {
 	base time.Time
 	// seed makes key and uid hashes unpredictable to requesters, so nobody
 	// can aim many keys at one shard.
-	seed       maphash.Seed
-	mask       uint64
-	shards     []shard
-	sweepEvery int
+	seed          maphash.Seed
+	mask          uint64
+	shards        []shard
+	sweepEvery    int
+	sweepInterval int64
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -98,8 +111,13 @@ type shard struct {
 	lru        keyLog
 	maxKeys    int
 	sinceSweep int
-	idle       uint64
-	active     uint64
+	lastSweep  int64
+	// peakKeys is the most keys held since the map was last made: Go maps
+	// keep their largest size, so a sweep that leaves a quarter of it
+	// rebuilds the map and a burst of keys gives its memory back.
+	peakKeys int
+	idle     uint64
+	active   uint64
 	// Padding keeps neighbouring shards' mutexes off one cache line.
 	_ [64]byte
 }
@@ -124,16 +142,21 @@ func NewMemoryStore(clk clock.PassiveClock, opts MemoryOptions) *MemoryStore {
 	if sweepEvery <= 0 {
 		sweepEvery = DefaultSweepEvery
 	}
+	sweepInterval := opts.SweepInterval
+	if sweepInterval <= 0 {
+		sweepInterval = DefaultSweepInterval
+	}
 	s := &MemoryStore{
 		clk: clk,
 		// Times are kept as offsets from base: with the real clock,
 		// Sub uses the monotonic reading, so wall-clock steps do not
 		// move windows.
-		base:       clk.Now(),
-		seed:       maphash.MakeSeed(),
-		mask:       uint64(n - 1),
-		shards:     make([]shard, n),
-		sweepEvery: sweepEvery,
+		base:          clk.Now(),
+		seed:          maphash.MakeSeed(),
+		mask:          uint64(n - 1),
+		shards:        make([]shard, n),
+		sweepEvery:    sweepEvery,
+		sweepInterval: int64(sweepInterval),
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -190,20 +213,22 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid str
 	// clock order.
 	now := s.now()
 
-	sh.sinceSweep++
-	if sh.sinceSweep >= max(s.sweepEvery, len(sh.keys)) {
-		sh.sweep(now)
-	}
 	k := sh.keys[key]
 	if k == nil {
 		sh.makeRoom(now)
 		k = &keyLog{key: key}
 		sh.keys[key] = k
+		sh.peakKeys = max(sh.peakKeys, len(sh.keys))
 	} else {
 		sh.unlink(k)
 	}
 	sh.pushFront(k)
 	k.period = limit.Period
+	// The shard is swept after k has taken this Limit's Period: a sweep
+	// judges idleness by each key's last Period, and a reload that
+	// lengthened it must not evict the changes this Take has to count.
+	// k itself is never idle here: it holds a change inside the window.
+	defer s.sweepIfDue(sh, now)
 
 	k.drop(k.counted(now, limit))
 	k.fit(limit.Count)
@@ -215,6 +240,17 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid str
 	}
 	k.push(entry{at: now, uidHash: uidHash}, limit.Count)
 	return k.state(now, limit, 0), true, nil
+}
+
+// sweepIfDue sweeps sh once it has served as many Takes as it holds keys
+// (at least SweepEvery), which keeps a sweep at O(1) per Take, or once
+// SweepInterval has passed, which bounds how long idle keys stay at a low
+// rate.
+func (s *MemoryStore) sweepIfDue(sh *shard, now int64) {
+	sh.sinceSweep++
+	if sh.sinceSweep >= max(s.sweepEvery, len(sh.keys)) || now-sh.lastSweep >= s.sweepInterval {
+		sh.sweep(now)
+	}
 }
 
 // Len is the number of keys held, for tests and metrics.
@@ -267,6 +303,14 @@ func (sh *shard) sweep(now int64) int {
 	}
 	sh.idle += uint64(n)
 	sh.sinceSweep = 0
+	sh.lastSweep = now
+	if sh.peakKeys >= minShrink && len(sh.keys) <= sh.peakKeys/4 {
+		keys := make(map[string]*keyLog, len(sh.keys))
+		for key, k := range sh.keys {
+			keys[key] = k
+		}
+		sh.keys, sh.peakKeys = keys, len(keys)
+	}
 	return n
 }
 

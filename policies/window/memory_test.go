@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -448,6 +449,17 @@ func TestIdleKeysAreEvicted(t *testing.T) {
 				return 1
 			},
 		},
+		"a rare Take sweeps once SweepInterval has passed": {
+			opts: MemoryOptions{Shards: 1},
+			run: func(t *testing.T, s *MemoryStore, clk *clocktesting.FakeClock) int {
+				for i := range 50 {
+					take(t, s, fmt.Sprintf("k%d", i), short, "")
+				}
+				clk.Step(DefaultSweepInterval)
+				take(t, s, "busy", long, "")
+				return 1
+			},
+		},
 		"a key whose changes all left is reset when used again": {
 			run: func(t *testing.T, s *MemoryStore, clk *clocktesting.FakeClock) int {
 				for range 5 {
@@ -470,6 +482,36 @@ func TestIdleKeysAreEvicted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestABurstOfKeysGivesItsMemoryBack: once a burst of requesters has gone
+// idle and been swept, the store's heap is back near where it was, maps
+// included (a Go map keeps its largest size unless it is rebuilt).
+func TestABurstOfKeysGivesItsMemoryBack(t *testing.T) {
+	s, clk := newStore(MemoryOptions{Shards: 4})
+	l := Limit{Count: 5, Period: time.Minute}
+	heapInUse := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	take(t, s, "steady", l, "")
+	before := heapInUse()
+	for i := range 50_000 {
+		take(t, s, fmt.Sprintf("burst-%d", i), l, "")
+	}
+	burst := heapInUse() - before
+	clk.Step(l.Period)
+	take(t, s, "steady", l, "")
+	s.Sweep()
+	if n := s.Len(); n != 1 {
+		t.Fatalf("Len after the sweep = %d, want 1", n)
+	}
+	if kept := heapInUse() - before; kept > burst/20 {
+		t.Fatalf("the store still holds %d KiB of the burst's %d KiB after its keys were swept, want under 5 %%", kept>>10, burst>>10)
+	}
+	runtime.KeepAlive(s)
 }
 
 func TestMaxKeysBoundsMemory(t *testing.T) {
