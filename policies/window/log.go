@@ -13,10 +13,10 @@ type entry struct {
 
 // keyLog is one key's sliding log: a ring buffer of its entries, oldest at
 // head, in non-decreasing time order. It holds at most Limit.Count entries,
-// and grows by doubling so that a key with a large Count but few changes
+// and grows by half again so that a key with a large Count but few changes
 // stays small.
 type keyLog struct {
-	key     string
+	id      keyID
 	entries []entry
 	head    int
 	n       int
@@ -139,7 +139,9 @@ func (k *keyLog) push(e entry, count int) {
 		e.at = k.newest()
 	}
 	if k.n == len(k.entries) {
-		k.resize(min(max(2*len(k.entries), minEntries), count))
+		// Half again, not double: a key of 9 changes a minute holds a
+		// 144-byte ring rather than 256, and growing stops at count.
+		k.resize(min(max(len(k.entries)+len(k.entries)/2, minEntries), count))
 	}
 	j := k.head + k.n
 	if j >= len(k.entries) {

@@ -92,8 +92,8 @@ type MemoryStore struct {
 	clk  clock.PassiveClock
 	base time.Time
 	// seed makes key and uid hashes unpredictable to requesters, so nobody
-	// can aim many keys at one shard.
-	seed          maphash.Seed
+	// can aim many keys at one shard; seed2 makes a key's second half.
+	seed, seed2   maphash.Seed
 	mask          uint64
 	shards        []shard
 	sweepEvery    int
@@ -105,7 +105,7 @@ var _ Store = (*MemoryStore)(nil)
 // shard is one lock's worth of keys with its own least-recently-used list.
 type shard struct {
 	mu   sync.Mutex
-	keys map[string]*keyLog
+	keys map[keyID]*keyLog
 	// lru is the list's sentinel: lru.next is the most recently used key,
 	// lru.prev the least.
 	lru        keyLog
@@ -153,6 +153,7 @@ func NewMemoryStore(clk clock.PassiveClock, opts MemoryOptions) *MemoryStore {
 		// move windows.
 		base:          clk.Now(),
 		seed:          maphash.MakeSeed(),
+		seed2:         maphash.MakeSeed(),
 		mask:          uint64(n - 1),
 		shards:        make([]shard, n),
 		sweepEvery:    sweepEvery,
@@ -160,7 +161,7 @@ func NewMemoryStore(clk clock.PassiveClock, opts MemoryOptions) *MemoryStore {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.keys = make(map[string]*keyLog)
+		sh.keys = make(map[keyID]*keyLog)
 		sh.lru.next, sh.lru.prev = &sh.lru, &sh.lru
 		sh.maxKeys = maxKeys / n
 	}
@@ -169,8 +170,15 @@ func NewMemoryStore(clk clock.PassiveClock, opts MemoryOptions) *MemoryStore {
 
 func (s *MemoryStore) now() int64 { return int64(s.clk.Now().Sub(s.base)) }
 
-func (s *MemoryStore) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
+// keyID is what the store keeps of a key: 128 bits of two seeded hashes,
+// 16 bytes whatever the key's length. Two keys share a window only if both
+// halves collide, about n²/2¹²⁹ for n keys (10⁻²⁹ at 100,000 keys), and the
+// seeds are unknown outside the process, so nobody can aim for it.
+type keyID [2]uint64
+
+func (s *MemoryStore) lookup(key string) (keyID, *shard) {
+	id := keyID{maphash.String(s.seed, key), maphash.String(s.seed2, key)}
+	return id, &s.shards[id[0]&s.mask]
 }
 
 // Peek implements Store. It reads under the shard lock but changes
@@ -182,10 +190,10 @@ func (s *MemoryStore) Peek(ctx context.Context, key string, limit Limit) (State,
 	if err := ctx.Err(); err != nil {
 		return State{}, fmt.Errorf("read rate window %q: %w", key, err)
 	}
-	sh := s.shard(key)
+	id, sh := s.lookup(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	k := sh.keys[key]
+	k := sh.keys[id]
 	if k == nil {
 		return State{Limit: limit.Count, Period: limit.Period, Remaining: limit.Count}, nil
 	}
@@ -206,18 +214,18 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid str
 	if uid != "" {
 		uidHash = maphash.String(s.seed, uid)
 	}
-	sh := s.shard(key)
+	id, sh := s.lookup(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	// Time is read under the lock so that each key's log is recorded in
 	// clock order.
 	now := s.now()
 
-	k := sh.keys[key]
+	k := sh.keys[id]
 	if k == nil {
 		sh.makeRoom(now)
-		k = &keyLog{key: key}
-		sh.keys[key] = k
+		k = &keyLog{id: id}
+		sh.keys[id] = k
 		sh.peakKeys = max(sh.peakKeys, len(sh.keys))
 	} else {
 		sh.unlink(k)
@@ -305,9 +313,9 @@ func (sh *shard) sweep(now int64) int {
 	sh.sinceSweep = 0
 	sh.lastSweep = now
 	if sh.peakKeys >= minShrink && len(sh.keys) <= sh.peakKeys/4 {
-		keys := make(map[string]*keyLog, len(sh.keys))
-		for key, k := range sh.keys {
-			keys[key] = k
+		keys := make(map[keyID]*keyLog, len(sh.keys))
+		for id, k := range sh.keys {
+			keys[id] = k
 		}
 		sh.keys, sh.peakKeys = keys, len(keys)
 	}
@@ -342,7 +350,7 @@ func (sh *shard) makeRoom(now int64) {
 
 func (sh *shard) remove(k *keyLog) {
 	sh.unlink(k)
-	delete(sh.keys, k.key)
+	delete(sh.keys, k.id)
 }
 
 func (sh *shard) unlink(k *keyLog) {

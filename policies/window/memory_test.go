@@ -484,18 +484,42 @@ func TestIdleKeysAreEvicted(t *testing.T) {
 	}
 }
 
+// heapInUse is the live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// TestKeyLengthDoesNotChangeMemory: the store keeps 16 bytes of a key,
+// whatever its length, so long keys cost what short ones do.
+func TestKeyLengthDoesNotChangeMemory(t *testing.T) {
+	l := Limit{Count: 5, Period: time.Minute}
+	perKey := func(keyLength int) int64 {
+		s, _ := newStore(MemoryOptions{})
+		before := heapInUse()
+		for i := range 10_000 {
+			key := fmt.Sprintf("%0*d", keyLength, i)
+			take(t, s, key, l, "")
+		}
+		cost := (heapInUse() - before) / 10_000
+		runtime.KeepAlive(s)
+		return cost
+	}
+	short, long := perKey(16), perKey(1024)
+	if long > short+short/4 {
+		t.Fatalf("a key costs %d bytes with 1 KiB keys and %d with 16-byte keys, want about the same", long, short)
+	}
+	t.Logf("%d bytes per key with one change", short)
+}
+
 // TestABurstOfKeysGivesItsMemoryBack: once a burst of requesters has gone
 // idle and been swept, the store's heap is back near where it was, maps
 // included (a Go map keeps its largest size unless it is rebuilt).
 func TestABurstOfKeysGivesItsMemoryBack(t *testing.T) {
 	s, clk := newStore(MemoryOptions{Shards: 4})
 	l := Limit{Count: 5, Period: time.Minute}
-	heapInUse := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
 	take(t, s, "steady", l, "")
 	before := heapInUse()
 	for i := range 50_000 {

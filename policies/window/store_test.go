@@ -68,10 +68,10 @@ func entriesHeld(t *testing.T, s Store, key string) int {
 	t.Helper()
 	switch s := s.(type) {
 	case *MemoryStore:
-		sh := s.shard(key)
+		id, sh := s.lookup(key)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		if k := sh.keys[key]; k != nil {
+		if k := sh.keys[id]; k != nil {
 			return max(k.n, len(k.entries))
 		}
 		return 0
