@@ -49,7 +49,7 @@ chart:
 	$(GO) generate ./test/chart/
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -count=1 ./test/chart/
 
-## fuzz: run every Go fuzz target for FUZZTIME each (default 30s; make test runs only their seed corpora); FUZZ_INSTRUMENT=module guides by this module's code only, about 3-10x the executions on targets that link OPA (long runs, see docs/reliability.md); FUZZ_TARGETS=./pkg/:FuzzName picks targets
+## fuzz: run every Go fuzz target for FUZZTIME each (default 30s; make test runs their seed corpora and make fuzz-smoke); FUZZ_INSTRUMENT=module guides by this module's code only, for 6-27x the executions (docs/reliability.md); FUZZ_TARGETS=./pkg/:FuzzName picks targets
 FUZZTIME ?= 30s
 FUZZ_INSTRUMENT ?= all
 FUZZ_TARGETS ?= ./policies/:FuzzScopedPatchMatchesWholeDocument ./webhook/:FuzzDecodeAndAnswer ./webhook/:FuzzOnePassDecodingAgrees ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzPlannedEvaluationMatchesReference ./policies/:FuzzParseRoleTable ./internal/qnctl/:FuzzEvalInput ./internal/astjson/:FuzzDecodeAgreesWithTheReference
