@@ -219,7 +219,7 @@ func (b *inputBuilder) requestObject(in *Input) (ast.Object, error) {
 // judge exactly what was validated; options are small and parsed here.
 func (b *inputBuilder) objectTerm(key *ast.Term, raw runtime.RawExtension, decoded map[string]any) (*ast.Term, error) {
 	if decoded != nil {
-		v, err := ast.InterfaceToValue(decoded)
+		v, err := astjson.ValueOf(decoded)
 		if err != nil {
 			return nil, fmt.Errorf("convert request.%v for policies: %w", key, err)
 		}

@@ -303,3 +303,20 @@ func TestA429TellsTheClientWhenToRetry(t *testing.T) {
 		t.Errorf("a denial that is not a full window carries no retry time: %+v", r.Result.Details)
 	}
 }
+
+// A number written with an exponent (a client posting straight to the
+// webhook, or a document qnctl reads) is judged and quoted with the digits
+// of its JSON form as the API server writes it, as the engine's reference
+// evaluation sees it: 10000000, not 1e+07.
+func TestNumbersAreQuotedInTheirJSONForm(t *testing.T) {
+	h := bundledHandler(t)
+	object := strings.Replace(validObject, `"port":8883`, `"port":1e7`, 1)
+	a := post(t, h, http.MethodPost, "/validate", "application/json", reviewBody("CREATE", object))
+	r := a.review.Response
+	if r.Allowed || r.Result == nil {
+		t.Fatalf("port 1e7 admitted: %s", a.raw)
+	}
+	if want := "spec.services[0].port 10000000 is out of range"; !strings.Contains(r.Result.Message, want) {
+		t.Fatalf("message %q does not say %q", r.Result.Message, want)
+	}
+}

@@ -2,19 +2,24 @@
 // and strictly: a key repeated in an object is an error, as in
 // sigs.k8s.io/json's strict mode.
 //
-// The values are exactly those that decoding with sigs.k8s.io/json
-// (integers kept as int64) and converting with ast.InterfaceToValue would
-// give: an integer that fits int64 keeps its digits, any other number goes
-// through float64, and bytes that are not UTF-8 become U+FFFD. The webhook
-// relies on that equality (the fuzz target holds it), so policies see the
-// same input whichever way a request was decoded. Skipping the Go maps
-// saves a decode and a conversion per object on the request path.
+// The values are exactly those of the document's JSON form as the API
+// server writes it: decoding with sigs.k8s.io/json (integers kept as
+// int64), encoding again with encoding/json and reading that with OPA. An
+// integer that fits int64 keeps its digits, any other number goes through
+// float64 and is written as encoding/json writes a float64 (1e7 reads as
+// 10000000), and bytes that are not UTF-8 become U+FFFD. The engine's
+// reference evaluation judges that JSON form, so policies see the same
+// input, down to the digits json.marshal and sprintf print, whichever way
+// a request was decoded (the fuzz targets hold it); ValueOf gives the same
+// values from decoded Go objects. Skipping the Go maps saves a decode and
+// a conversion per object on the request path.
 package astjson
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -503,7 +508,65 @@ func (d *decoder) number() (ast.Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("number %s at offset %d %w", lit, start, errNumberRange)
 	}
-	return ast.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
+	return ast.Number(formatFloat(f)), nil
+}
+
+// ValueOf converts a decoded JSON document (maps, slices, strings, bools,
+// nil, int64 or float64 numbers, as sigs.k8s.io/json or unstructured
+// objects hold them) to the value Decode gives for its JSON form.
+// ast.InterfaceToValue would print a float64 as strconv's 'g' does (1e+07).
+func ValueOf(x any) (ast.Value, error) {
+	switch x := x.(type) {
+	case map[string]any:
+		items := make([][2]*ast.Term, 0, len(x))
+		for k, v := range x {
+			value, err := ValueOf(v)
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, ast.Item(ast.StringTerm(k), ast.NewTerm(value)))
+		}
+		return ast.NewObject(items...), nil
+	case []any:
+		terms := make([]*ast.Term, len(x))
+		for i, v := range x {
+			value, err := ValueOf(v)
+			if err != nil {
+				return nil, err
+			}
+			terms[i] = ast.NewTerm(value)
+		}
+		return ast.NewArray(terms...), nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("number %v has no JSON form", x)
+		}
+		return ast.Number(formatFloat(x)), nil
+	case float32:
+		return ValueOf(float64(x))
+	}
+	return ast.InterfaceToValue(x)
+}
+
+// formatFloat writes f as encoding/json does: the API server encodes a
+// stored object's numbers that way before it sends them to a webhook, and
+// the engine's evaluation must read the digits policies would see in that
+// JSON form (json.marshal and sprintf print them), e.g. 10000000 for 1e7,
+// not strconv's 1e+07.
+func formatFloat(f float64) string {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b := strconv.AppendFloat(make([]byte, 0, 24), f, format, -1, 64)
+	if format == 'e' {
+		// e-09 → e-9, as encoding/json writes it.
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return string(b)
 }
 
 // digits reads one or more decimal digits.

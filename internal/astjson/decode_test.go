@@ -1,6 +1,8 @@
 package astjson
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,9 +15,9 @@ import (
 	kjson "sigs.k8s.io/json"
 )
 
-// reference decodes the way the webhook did before this package: strict
-// sigs.k8s.io/json into Go values (int64 kept), then ast.InterfaceToValue.
-func reference(data []byte) (ast.Value, error) {
+// strictGo decodes as the webhook did before this package: strict
+// sigs.k8s.io/json into Go values, integers kept as int64.
+func strictGo(data []byte) (any, error) {
 	var v any
 	strictErrs, err := kjson.UnmarshalStrict(data, &v, kjson.DisallowDuplicateFields)
 	if err != nil {
@@ -24,11 +26,26 @@ func reference(data []byte) (ast.Value, error) {
 	if len(strictErrs) > 0 {
 		return nil, strictErrs[0]
 	}
-	return ast.InterfaceToValue(v)
+	return v, nil
 }
 
-// agree checks that Decode and the reference give the same value, or both
-// refuse the input.
+// reference is the document's JSON form as the API server writes it: the
+// strict Go values encoded by encoding/json, read by OPA's own reader.
+func reference(data []byte) (ast.Value, error) {
+	v, err := strictGo(data)
+	if err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return ast.ValueFromReader(bytes.NewReader(js))
+}
+
+// agree checks that Decode, ValueOf of the strict Go values and the
+// reference give the same value, down to each number's digits, or that
+// Decode and the reference both refuse the input.
 func agree(t *testing.T, data []byte) {
 	t.Helper()
 	got, err := Decode(data)
@@ -42,6 +59,14 @@ func agree(t *testing.T, data []byte) {
 	if got.Compare(want) != 0 || got.String() != want.String() {
 		t.Fatalf("Decode(%q) = %v, reference %v", data, got, want)
 	}
+	v, _ := strictGo(data)
+	fromGo, err := ValueOf(v)
+	if err != nil {
+		t.Fatalf("ValueOf(%q): %v", data, err)
+	}
+	if fromGo.Compare(want) != 0 || fromGo.String() != want.String() {
+		t.Fatalf("ValueOf(%q) = %v, reference %v", data, fromGo, want)
+	}
 }
 
 func TestDecodeAgreesWithTheReference(t *testing.T) {
@@ -50,6 +75,7 @@ func TestDecodeAgreesWithTheReference(t *testing.T) {
 		"integers keep their digits":                                  `[0,-1,512,513,9223372036854775807,-9223372036854775808,123456789012]`,
 		"integers beyond int64 go through float64":                    `[9223372036854775808,-9223372036854775809,123456789012345678901234567890]`,
 		"minus zero becomes zero as an int64 would":                   `[-0,-0.0,0.0,1.0,1e3,1E+3,1e-3,2.50,-1.25e-7]`,
+		"floats are written as encoding/json writes them":             `[1e7,1E+7,0.000001,0.0000001,1e-5,1.5e10,1e20,1e21,-1e-7,123.456e2,5e-324,1.7976931348623157e308]`,
 		"escapes and unicode":                                         `{"q":"a\"b\\c\/d\n\t\u00e9\u4e2d\ud83d\ude00","u":"héllo 中","esc\u0041key":1}`,
 		"a lone surrogate and bytes that are not UTF-8 become U+FFFD": "[\"\\ud800\",\"a\xffb\",\"\xc3\"]",
 		"whitespace everywhere":                                       " \t\n{ \"a\" : [ 1 , 2 ] ,\r\n \"b\" : { } } \n",
@@ -93,6 +119,21 @@ func largeObject(n, dup int) string {
 	}
 	b.WriteString(`"last":true}`)
 	return b.String()
+}
+
+func TestNumbersHaveTheDigitsOfTheirJSONForm(t *testing.T) {
+	for in, want := range map[string]string{
+		"1e7": "10000000", "1.5e-7": "1.5e-7", "0.000001": "0.000001", "1e-5": "0.00001",
+		"9223372036854775808": "9223372036854776000", "1e21": "1e+21", "2.50": "2.5", "-0.0": "-0",
+	} {
+		v, err := Decode([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.String() != want {
+			t.Errorf("Decode(%s) = %v, want %s", in, v, want)
+		}
+	}
 }
 
 func TestDuplicatesAreNamedByPath(t *testing.T) {
@@ -177,7 +218,11 @@ func BenchmarkDecode(b *testing.B) {
 		b.Run(name+"/maps-then-convert", func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				if _, err := reference(data); err != nil {
+				v, err := strictGo(data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ast.InterfaceToValue(v); err != nil {
 					b.Fatal(err)
 				}
 			}
