@@ -101,10 +101,14 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 	if rev != v1 || !strings.Contains(lastErr.Error(), "p.rego:") {
 		t.Fatalf("a broken change must keep %s serving and name the file; serving %s, error %v", v1, rev, lastErr)
 	}
-	// Broken differently: a failing Rego test blocks the swap too.
+	// Broken differently: a failing Rego test blocks the swap too. The test
+	// goes in first: a reload between the two writes must not see the new
+	// policy without the test that fails it (and rightly swap it in).
 	writeFiles(t, dir, map[string]string{
-		"p.rego":      "package p\ndeny contains \"v3 says no\" if input.context.labels.deny == \"yes\"\n",
 		"p_test.rego": "package p_test\ntest_wrong if data.p.deny[\"something else\"] with input as {\"context\": {\"labels\": {\"deny\": \"yes\"}}}\n",
+	})
+	writeFiles(t, dir, map[string]string{
+		"p.rego": "package p\ndeny contains \"v3 says no\" if input.context.labels.deny == \"yes\"\n",
 	})
 	waitFor(t, "the failing test is reported", func() bool {
 		_, _, err := reloader.LastReload()
