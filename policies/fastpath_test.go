@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -119,13 +120,33 @@ func evalFast(set *Set, q *rego.Query, in *Input, facts Facts) (rego.Result, err
 	return q.Eval(context.Background(), v)
 }
 
+// evalReference evaluates the input's JSON form the plain way: the objects
+// as the API server sends them (decoded by sigs.k8s.io/json, encoded by
+// encoding/json), every number kept as written there (json.Number: OPA would
+// write a float64 its own way), converted and evaluated by OPA.
 func evalReference(q *rego.Query, in *Input, facts Facts) (rego.Result, error) {
-	doc, err := json.Marshal(policyInput{Request: in.Request, Facts: facts})
+	req := *in.Request
+	for _, o := range []struct {
+		raw     *[]byte
+		decoded map[string]any
+	}{{&req.Object.Raw, in.Object}, {&req.OldObject.Raw, in.OldObject}} {
+		if o.decoded == nil {
+			continue
+		}
+		js, err := json.Marshal(o.decoded)
+		if err != nil {
+			return rego.Result{}, err
+		}
+		*o.raw = js
+	}
+	doc, err := json.Marshal(policyInput{Request: &req, Facts: facts})
 	if err != nil {
 		return rego.Result{}, err
 	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
 	var input any
-	if err := json.Unmarshal(doc, &input); err != nil {
+	if err := dec.Decode(&input); err != nil {
 		return rego.Result{}, err
 	}
 	return q.EvalReference(context.Background(), input)
