@@ -542,8 +542,6 @@ func ValueOf(x any) (ast.Value, error) {
 			return nil, fmt.Errorf("number %v has no JSON form", x)
 		}
 		return ast.Number(formatFloat(x)), nil
-	case float32:
-		return ValueOf(float64(x))
 	}
 	return ast.InterfaceToValue(x)
 }
