@@ -556,7 +556,8 @@ func formatFloat(f float64) string {
 	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
 		format = 'e'
 	}
-	b := strconv.AppendFloat(make([]byte, 0, 24), f, format, -1, 64)
+	var buf [32]byte
+	b := strconv.AppendFloat(buf[:0], f, format, -1, 64)
 	if format == 'e' {
 		// e-09 → e-9, as encoding/json writes it.
 		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {

@@ -292,3 +292,9 @@ func TestStringValuesArePlainStrings(t *testing.T) {
 		t.Fatalf("%.2f allocations per string; want a slab now and then", n)
 	}
 }
+
+func TestAFloatCostsOneAllocation(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { _ = formatFloat(1.5e-7) }); n > 1 {
+		t.Fatalf("formatFloat allocates %v times, want 1 (the string)", n)
+	}
+}
