@@ -1,0 +1,488 @@
+package scaler
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+)
+
+// Reading is the outcome of one instant query.
+type Reading struct {
+	// Value is the sample's value; meaningful only when Err is nil.
+	Value float64
+	// Text is the value as Prometheus wrote it, for status and reasons.
+	Text string
+	// Err says why there is no value (the query failed, returned no
+	// sample, several samples, or NaN/Inf).
+	Err error
+}
+
+// Read returns a Reading of v, as a test or qnctl would give one.
+func Read(v float64) Reading { return Reading{Value: v, Text: FormatNumber(v)} }
+
+// ConditionReading is one abort condition of the current stage, read.
+type ConditionReading struct {
+	Condition qnv1alpha1.AbortCondition
+	Reading
+}
+
+// Input is everything one decision depends on. Decide reads nothing else:
+// no clock, no client, no Prometheus.
+type Input struct {
+	// Spec is the rule, defaults applied (WithDefaults).
+	Spec *qnv1alpha1.HorizontalQNScalerSpec
+	// Status is the stored status: the scaler's memory of earlier
+	// decisions (scale times, stabilization start, failures, stage).
+	Status *qnv1alpha1.HorizontalQNScalerStatus
+	// Now is the time of the decision.
+	Now time.Time
+	// Replicas is the target's spec.replicas as /scale reports it.
+	Replicas int32
+	// Paused is true when an annotation pauses the scaler; Metric and
+	// Abort are then not read.
+	Paused bool
+	// Metric is this poll's reading of spec.qnMetric.query.
+	Metric Reading
+	// Abort are the current stage's abort conditions, read; empty when no
+	// staged scale-up is in progress (StageConditions says which to read).
+	Abort []ConditionReading
+}
+
+// Limit names why the rule's replicas were held at a bound.
+type Limit string
+
+// The bounds a decision can meet, named as the HorizontalPodAutoscaler's
+// ScalingLimited reasons.
+const (
+	LimitNone        Limit = ""
+	LimitTooMany     Limit = "TooManyReplicas"
+	LimitTooFew      Limit = "TooFewReplicas"
+	limitWithinRange       = "DesiredWithinRange"
+)
+
+// Memory is the part of the status a decision changes: what the next
+// decision must remember.
+type Memory struct {
+	LastScaleTime   *metav1.Time
+	LastScaleUpTime *metav1.Time
+	BelowLowerSince *metav1.Time
+	MetricFailures  int32
+	Stage           *qnv1alpha1.ScalerStageStatus
+}
+
+// Decision is what the rule asks for, and why.
+type Decision struct {
+	// Action is what the decision does.
+	Action qnv1alpha1.ScalerAction
+	// Replicas is what the target should have; equal to Input.Replicas
+	// when nothing is to be written.
+	Replicas int32
+	// Reason explains the decision in a sentence.
+	Reason string
+	// Limit is set when the rule's replicas were held at min or max;
+	// LimitMessage says so in a sentence.
+	Limit        Limit
+	LimitMessage string
+	// Disabled is set when the scaler does not scale at all (paused, the
+	// target at 0 replicas): ScalingActive is False with this reason.
+	Disabled string
+	// Next is the memory to store once the decision is carried out (the
+	// write succeeded, or none was needed).
+	Next Memory
+	// Observed is the memory to store when the write could not be made
+	// (or a dry run skipped it): only what this poll observed changes.
+	Observed Memory
+	// Aborted names the abort condition that held, for the event.
+	Aborted string
+}
+
+// Write reports whether the decision changes the target's replicas.
+func (d Decision) Write(current int32) bool { return d.Replicas != current }
+
+// WithDefaults returns a copy of spec with the CRD's defaults filled in,
+// for objects that did not pass through the API server (qnctl) and so
+// that Decide never divides by a zero step.
+func WithDefaults(spec *qnv1alpha1.HorizontalQNScalerSpec) *qnv1alpha1.HorizontalQNScalerSpec {
+	s := spec.DeepCopy()
+	if s.MinReplicas == 0 {
+		s.MinReplicas = 1
+	}
+	if s.ScaleUpStep == 0 {
+		s.ScaleUpStep = 2
+	}
+	if s.ScaleDownStep == 0 {
+		s.ScaleDownStep = 1
+	}
+	if s.ScaleUpCooldownSeconds == nil {
+		s.ScaleUpCooldownSeconds = ptr(int32(60))
+	}
+	if s.StabilizationWindowSeconds == nil {
+		s.StabilizationWindowSeconds = ptr(int32(300))
+	}
+	if s.PollingIntervalSeconds == 0 {
+		s.PollingIntervalSeconds = 15
+	}
+	if s.Fallback != nil && s.Fallback.FailureThreshold == 0 {
+		s.Fallback.FailureThreshold = 3
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// PollingInterval is the time between two polls of the scaler.
+func PollingInterval(spec *qnv1alpha1.HorizontalQNScalerSpec) time.Duration {
+	return time.Duration(max(spec.PollingIntervalSeconds, 1)) * time.Second
+}
+
+// StageConditions returns the abort conditions to read this poll: those of
+// the stage in progress, or none.
+func StageConditions(spec *qnv1alpha1.HorizontalQNScalerSpec, status *qnv1alpha1.HorizontalQNScalerStatus) []qnv1alpha1.AbortCondition {
+	if status.Stage == nil {
+		return nil
+	}
+	i := int(status.Stage.Index) - 1
+	if i < 0 || i >= len(spec.Stages) {
+		return nil
+	}
+	return spec.Stages[i].AbortWhen
+}
+
+// Decide applies the rule. It is a pure function of its input, so every
+// rule is pinned by a table test and qnctl explains a scaler offline with
+// the very code the controller runs.
+func Decide(in Input) Decision {
+	spec, st := in.Spec, in.Status
+	cur := in.Replicas
+	prev := Memory{
+		LastScaleTime: st.LastScaleTime, LastScaleUpTime: st.LastScaleUpTime,
+		BelowLowerSince: st.BelowLowerSince, MetricFailures: st.MetricFailures, Stage: st.Stage,
+	}
+	hold := func(reason string) Decision {
+		return Decision{Action: qnv1alpha1.ActionHold, Replicas: cur, Reason: reason, Next: prev, Observed: prev}
+	}
+	if in.Paused {
+		d := hold(fmt.Sprintf("paused by annotation (%s or %s): the target keeps %d replicas", qnv1alpha1.PausedAnnotation, qnv1alpha1.KEDAPausedAnnotation, cur))
+		d.Action, d.Disabled = qnv1alpha1.ActionNone, "Paused"
+		return d
+	}
+
+	// What this poll observed, whatever is decided.
+	now := metav1.NewTime(in.Now)
+	observed := prev
+	upper := spec.Thresholds.Upper.AsApproximateFloat64()
+	lower := spec.Thresholds.Lower.AsApproximateFloat64()
+	if in.Metric.Err != nil {
+		observed.MetricFailures = prev.MetricFailures + 1
+		observed.BelowLowerSince = nil
+	} else {
+		observed.MetricFailures = 0
+		switch {
+		case in.Metric.Value >= lower:
+			observed.BelowLowerSince = nil
+		case prev.BelowLowerSince == nil:
+			observed.BelowLowerSince = &now
+		}
+	}
+	hold = func(reason string) Decision {
+		return Decision{Action: qnv1alpha1.ActionHold, Replicas: cur, Reason: reason, Next: observed, Observed: observed}
+	}
+	// scaled is the memory after a write to replicas.
+	scaled := func(replicas int32, stage *qnv1alpha1.ScalerStageStatus) Memory {
+		m := observed
+		m.Stage = stage
+		if replicas != cur {
+			m.LastScaleTime = &now
+			if replicas > cur {
+				m.LastScaleUpTime = &now
+			}
+		}
+		return m
+	}
+
+	if cur == 0 {
+		d := hold("the target has 0 replicas: scaling is off, as for the HorizontalPodAutoscaler, until it has at least 1")
+		d.Action, d.Disabled = qnv1alpha1.ActionNone, "ScalingDisabled"
+		d.Next.Stage, d.Observed.Stage = nil, nil
+		return d
+	}
+
+	if in.Metric.Err != nil && spec.Fallback != nil && observed.MetricFailures >= spec.Fallback.FailureThreshold {
+		to := spec.Fallback.Replicas
+		reason := fmt.Sprintf("metric unavailable for %d polls in a row (%v): fallback to %d replicas (%s)",
+			observed.MetricFailures, in.Metric.Err, to, arrow(cur, to))
+		if st.Stage != nil {
+			reason += "; the staged scale-up in progress is dropped"
+		}
+		return Decision{Action: qnv1alpha1.ActionFallback, Replicas: to, Reason: reason, Next: scaled(to, nil), Observed: observed}
+	}
+
+	if st.Stage != nil {
+		return decideStage(in, observed, scaled, hold)
+	}
+
+	if in.Metric.Err != nil {
+		if spec.Fallback != nil {
+			return hold(fmt.Sprintf("metric unavailable (%v): holding %d replicas; fallback to %d after %d failed polls in a row (%d so far)",
+				in.Metric.Err, cur, spec.Fallback.Replicas, spec.Fallback.FailureThreshold, observed.MetricFailures))
+		}
+		return hold(fmt.Sprintf("metric unavailable (%v): holding %d replicas (no fallback set)", in.Metric.Err, cur))
+	}
+
+	// Bounds first: a target outside them is brought inside at once.
+	if cur < spec.MinReplicas {
+		to := spec.MinReplicas
+		return Decision{Action: qnv1alpha1.ActionScaleUp, Replicas: to,
+			Reason: fmt.Sprintf("%d replicas is below minReplicas %d: %s", cur, to, arrow(cur, to)), Next: scaled(to, nil), Observed: observed}
+	}
+	if cur > spec.MaxReplicas {
+		to := spec.MaxReplicas
+		return Decision{Action: qnv1alpha1.ActionScaleDown, Replicas: to,
+			Reason: fmt.Sprintf("%d replicas is above maxReplicas %d: %s", cur, to, arrow(cur, to)), Next: scaled(to, nil), Observed: observed}
+	}
+
+	value := in.Metric.Text
+	if value == "" {
+		value = FormatNumber(in.Metric.Value)
+	}
+	switch {
+	case in.Metric.Value > upper:
+		above := fmt.Sprintf("value %s > upper %s", value, FormatNumber(upper))
+		if cur >= spec.MaxReplicas {
+			d := hold(fmt.Sprintf("%s, but the target is at maxReplicas %d", above, spec.MaxReplicas))
+			d.Limit, d.LimitMessage = LimitTooMany, fmt.Sprintf("the rule asks for more than maxReplicas %d", spec.MaxReplicas)
+			return d
+		}
+		if until, waiting := cooldownEnds(prev.LastScaleUpTime, *spec.ScaleUpCooldownSeconds, in.Now); waiting {
+			return hold(fmt.Sprintf("%s, but the scale-up cooldown of %ds runs until %s (%s left): holding %d replicas",
+				above, *spec.ScaleUpCooldownSeconds, until.UTC().Format(time.RFC3339), seconds(until.Sub(in.Now)), cur))
+		}
+		want := cur + spec.ScaleUpStep
+		to := min(want, spec.MaxReplicas)
+		d := Decision{Action: qnv1alpha1.ActionScaleUp, Replicas: to, Observed: observed}
+		if to < want {
+			d.Limit, d.LimitMessage = LimitTooMany, fmt.Sprintf("+%d would pass maxReplicas %d", spec.ScaleUpStep, spec.MaxReplicas)
+		}
+		plan := stagePlan(spec.Stages, cur, to)
+		if len(plan) == 0 {
+			d.Reason = fmt.Sprintf("%s: %s (%s)", above, plusReplicas(to-cur), arrow(cur, to))
+			if d.Limit != LimitNone {
+				d.Reason += fmt.Sprintf(", held at maxReplicas %d", spec.MaxReplicas)
+			}
+			d.Next = scaled(to, nil)
+			return d
+		}
+		first := plan[0]
+		stage := &qnv1alpha1.ScalerStageStatus{Index: 1, Count: int32(len(plan)), BaseReplicas: cur, TargetReplicas: to, Replicas: first, StartTime: now}
+		d.Replicas = first
+		d.Reason = fmt.Sprintf("%s: %s in stages (%s); stage 1 of %d: %s, observed %ds",
+			above, plusReplicas(to-cur), arrow(cur, to), len(plan), arrow(cur, first), spec.Stages[0].ObserveSeconds)
+		d.Next = scaled(first, stage)
+		return d
+
+	case in.Metric.Value < lower:
+		below := fmt.Sprintf("value %s < lower %s", value, FormatNumber(lower))
+		if cur <= spec.MinReplicas {
+			d := hold(fmt.Sprintf("%s, but the target is at minReplicas %d", below, spec.MinReplicas))
+			d.Limit, d.LimitMessage = LimitTooFew, fmt.Sprintf("the rule asks for fewer than minReplicas %d", spec.MinReplicas)
+			return d
+		}
+		window := time.Duration(*spec.StabilizationWindowSeconds) * time.Second
+		since := observed.BelowLowerSince.Time
+		if prev.LastScaleTime != nil && prev.LastScaleTime.After(since) {
+			since = prev.LastScaleTime.Time
+		}
+		if waited := in.Now.Sub(since); waited < window {
+			counted := "since it went below"
+			if since != observed.BelowLowerSince.Time {
+				counted = "since the last scaling"
+			}
+			return hold(fmt.Sprintf("%s for %s %s; a scale-down waits for the %ds stabilization window (%s left): holding %d replicas",
+				below, seconds(waited), counted, *spec.StabilizationWindowSeconds, seconds(window-waited), cur))
+		}
+		want := cur - spec.ScaleDownStep
+		to := max(want, spec.MinReplicas)
+		d := Decision{Action: qnv1alpha1.ActionScaleDown, Replicas: to, Observed: observed, Next: scaled(to, nil),
+			Reason: fmt.Sprintf("%s for %s: %s (%s)", below, seconds(in.Now.Sub(observed.BelowLowerSince.Time)), minusReplicas(cur-to), arrow(cur, to))}
+		if to > want {
+			d.Limit, d.LimitMessage = LimitTooFew, fmt.Sprintf("-%d would pass minReplicas %d", spec.ScaleDownStep, spec.MinReplicas)
+			d.Reason += fmt.Sprintf(", held at minReplicas %d", spec.MinReplicas)
+		}
+		return d
+	}
+	return hold(fmt.Sprintf("value %s within [lower %s, upper %s]: holding %d replicas", value, FormatNumber(lower), FormatNumber(upper), cur))
+}
+
+// decideStage moves a staged scale-up on: abandoned when someone else
+// changed the replicas, rolled back when an abort condition holds, held
+// while the stage is observed, and advanced once it passed.
+func decideStage(in Input, observed Memory, scaled func(int32, *qnv1alpha1.ScalerStageStatus) Memory, hold func(string) Decision) Decision {
+	spec, s, cur := in.Spec, in.Status.Stage, in.Replicas
+	label := fmt.Sprintf("stage %d of %d", s.Index, s.Count)
+	if cur != s.Replicas {
+		d := hold(fmt.Sprintf("the target's replicas changed to %d outside the scaler during %s (it set %d): the staged scale-up is abandoned", cur, label, s.Replicas))
+		d.Next.Stage, d.Observed.Stage = nil, nil
+		return d
+	}
+	var readings []string
+	var unreadable []string
+	for _, c := range in.Abort {
+		if c.Err != nil {
+			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", c.Condition.Name, c.Err))
+			continue
+		}
+		threshold := c.Condition.Threshold.AsApproximateFloat64()
+		text := c.Text
+		if text == "" {
+			text = FormatNumber(c.Value)
+		}
+		if holds(c.Value, c.Condition.Operator, threshold) {
+			to := s.BaseReplicas
+			m := scaled(to, nil)
+			// The rollback starts the scale-up cooldown, whichever way it went.
+			now := metav1.NewTime(in.Now)
+			m.LastScaleUpTime, m.LastScaleTime = &now, &now
+			return Decision{Action: qnv1alpha1.ActionStageAbort, Replicas: to, Aborted: c.Condition.Name, Next: m, Observed: observed,
+				Reason: fmt.Sprintf("%s aborted: %s %s %s %s; back to the %d replicas before the scale-up (%s)",
+					label, c.Condition.Name, text, c.Condition.Operator, FormatNumber(threshold), to, arrow(cur, to))}
+		}
+		readings = append(readings, fmt.Sprintf("%s %s %s %s", c.Condition.Name, text, negate(c.Condition.Operator), FormatNumber(threshold)))
+	}
+	observe := time.Duration(0)
+	if i := int(s.Index) - 1; i < len(spec.Stages) {
+		observe = time.Duration(spec.Stages[i].ObserveSeconds) * time.Second
+	}
+	elapsed := in.Now.Sub(s.StartTime.Time)
+	passing := ""
+	if len(readings) > 0 {
+		passing = "; " + strings.Join(readings, ", ")
+	}
+	if elapsed < observe {
+		return hold(fmt.Sprintf("%s observing %d replicas: %s of %s%s", label, cur, seconds(elapsed), seconds(observe), passing))
+	}
+	if len(unreadable) > 0 {
+		return hold(fmt.Sprintf("%s observed for %s, but abort conditions cannot be read: %s; it advances once they read", label, seconds(elapsed), strings.Join(unreadable, ", ")))
+	}
+	plan := stagePlan(spec.Stages, s.BaseReplicas, s.TargetReplicas)
+	next := int(s.Index) // 0-based index of the next stage
+	if next < len(plan) && plan[next] > cur {
+		to := min(plan[next], max(spec.MaxReplicas, cur))
+		stage := &qnv1alpha1.ScalerStageStatus{Index: int32(next + 1), Count: s.Count, BaseReplicas: s.BaseReplicas,
+			TargetReplicas: s.TargetReplicas, Replicas: to, StartTime: metav1.NewTime(in.Now)}
+		return Decision{Action: qnv1alpha1.ActionStageAdvance, Replicas: to, Next: scaled(to, stage), Observed: observed,
+			Reason: fmt.Sprintf("%s passed (%s observed%s): stage %d of %d: %s", label, seconds(elapsed), passing, next+1, s.Count, arrow(cur, to))}
+	}
+	to := min(s.TargetReplicas, max(spec.MaxReplicas, cur))
+	if to <= cur {
+		d := hold(fmt.Sprintf("%s passed (%s observed%s): the staged scale-up is complete at %d replicas", label, seconds(elapsed), passing, cur))
+		d.Action = qnv1alpha1.ActionStageAdvance
+		d.Next.Stage = nil
+		return d
+	}
+	return Decision{Action: qnv1alpha1.ActionStageAdvance, Replicas: to, Next: scaled(to, nil), Observed: observed,
+		Reason: fmt.Sprintf("%s passed (%s observed%s): the rest at once, %s; the staged scale-up is complete", label, seconds(elapsed), passing, arrow(cur, to))}
+}
+
+// stagePlan returns the replicas at the end of each stage of a scale-up
+// from base to target: each stage's cumulative percent of the added
+// replicas, rounded up, at least one more than the stage before. Stages
+// that would reach the target end the plan there; the rest (if any) is
+// added after the last stage. Empty when there are no stages or nothing
+// to add.
+func stagePlan(stages []qnv1alpha1.Stage, base, target int32) []int32 {
+	add := target - base
+	if add <= 0 {
+		return nil
+	}
+	var plan []int32
+	prev := int32(0)
+	for _, s := range stages {
+		n := int32(math.Ceil(float64(add) * float64(s.Percent) / 100))
+		n = min(max(n, prev+1), add)
+		plan = append(plan, base+n)
+		prev = n
+		if n == add {
+			break
+		}
+	}
+	return plan
+}
+
+// cooldownEnds reports when a cooldown that started at last ends, and
+// whether now is before that.
+func cooldownEnds(last *metav1.Time, cooldownSeconds int32, now time.Time) (time.Time, bool) {
+	if last == nil || cooldownSeconds <= 0 {
+		return time.Time{}, false
+	}
+	until := last.Add(time.Duration(cooldownSeconds) * time.Second)
+	return until, now.Before(until)
+}
+
+func holds(v float64, op qnv1alpha1.AbortOperator, threshold float64) bool {
+	switch op {
+	case qnv1alpha1.AbortAbove:
+		return v > threshold
+	case qnv1alpha1.AbortAboveOrEqual:
+		return v >= threshold
+	case qnv1alpha1.AbortBelow:
+		return v < threshold
+	case qnv1alpha1.AbortBelowOrEqual:
+		return v <= threshold
+	}
+	return false
+}
+
+// negate writes the comparison that holds when op does not.
+func negate(op qnv1alpha1.AbortOperator) string {
+	switch op {
+	case qnv1alpha1.AbortAbove:
+		return "≤"
+	case qnv1alpha1.AbortAboveOrEqual:
+		return "<"
+	case qnv1alpha1.AbortBelow:
+		return "≥"
+	case qnv1alpha1.AbortBelowOrEqual:
+		return ">"
+	}
+	return "?"
+}
+
+// FormatNumber writes v the shortest way that reads back as v, in plain
+// decimals unless it is very large or very small.
+func FormatNumber(v float64) string {
+	if a := math.Abs(v); a != 0 && (a < 1e-4 || a >= 1e15) {
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+func arrow(from, to int32) string { return fmt.Sprintf("%d → %d", from, to) }
+
+func plusReplicas(n int32) string {
+	if n == 1 {
+		return "+1 replica"
+	}
+	return fmt.Sprintf("+%d replicas", n)
+}
+
+func minusReplicas(n int32) string {
+	if n == 1 {
+		return "-1 replica"
+	}
+	return fmt.Sprintf("-%d replicas", n)
+}
+
+// seconds writes a duration in whole seconds, rounded up, as the spec
+// counts them.
+func seconds(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	return fmt.Sprintf("%ds", int64(math.Ceil(d.Seconds())))
+}
