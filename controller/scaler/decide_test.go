@@ -16,7 +16,10 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // at is t0 plus some seconds, as a status time.
-func at(sec int) *metav1.Time { t := metav1.NewTime(t0.Add(time.Duration(sec) * time.Second)); return &t }
+func at(sec int) *metav1.Time {
+	t := metav1.NewTime(t0.Add(time.Duration(sec) * time.Second))
+	return &t
+}
 
 // baseSpec: 1..10 replicas, thresholds 10 and 15, steps +2/-1, a 60 s
 // scale-up cooldown and a 300 s stabilization window (the defaults).
@@ -203,17 +206,23 @@ func TestDecide(t *testing.T) {
 				}},
 		},
 		"an unreadable metric below the failure threshold holds and says when the fallback comes": {
-			spec:     func(s *qnv1alpha1.HorizontalQNScalerSpec) { s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5} },
+			spec: func(s *qnv1alpha1.HorizontalQNScalerSpec) {
+				s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5}
+			},
 			replicas: 4, metric: Reading{Err: errDown}, status: qnv1alpha1.HorizontalQNScalerStatus{MetricFailures: 1},
 			want: want{action: qnv1alpha1.ActionHold, replicas: 4, reason: "fallback to 5 after 3 failed polls in a row (2 so far)"},
 		},
 		"the failure that reaches the threshold applies the fallback replicas at once": {
-			spec:     func(s *qnv1alpha1.HorizontalQNScalerSpec) { s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5} },
+			spec: func(s *qnv1alpha1.HorizontalQNScalerSpec) {
+				s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5}
+			},
 			replicas: 8, metric: Reading{Err: errDown}, status: qnv1alpha1.HorizontalQNScalerStatus{MetricFailures: 2, LastScaleTime: at(-1)},
 			want: want{action: qnv1alpha1.ActionFallback, replicas: 5, reason: "metric unavailable for 3 polls in a row (query \"queue\": connection refused): fallback to 5 replicas (8 → 5)"},
 		},
 		"a fallback already in place is not written again": {
-			spec:     func(s *qnv1alpha1.HorizontalQNScalerSpec) { s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5} },
+			spec: func(s *qnv1alpha1.HorizontalQNScalerSpec) {
+				s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5}
+			},
 			replicas: 5, metric: Reading{Err: errDown}, status: qnv1alpha1.HorizontalQNScalerStatus{MetricFailures: 9, LastScaleTime: at(-100)},
 			want: want{action: qnv1alpha1.ActionFallback, replicas: 5, next: func(t *testing.T, m Memory) {
 				if !m.LastScaleTime.Equal(at(-100)) {
@@ -222,7 +231,9 @@ func TestDecide(t *testing.T) {
 			}},
 		},
 		"a readable metric after failures resets the count and decides again": {
-			spec:     func(s *qnv1alpha1.HorizontalQNScalerSpec) { s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5} },
+			spec: func(s *qnv1alpha1.HorizontalQNScalerSpec) {
+				s.Fallback = &qnv1alpha1.Fallback{FailureThreshold: 3, Replicas: 5}
+			},
 			replicas: 5, metric: Read(20), status: qnv1alpha1.HorizontalQNScalerStatus{MetricFailures: 9},
 			want: want{action: qnv1alpha1.ActionScaleUp, replicas: 7, next: func(t *testing.T, m Memory) {
 				if m.MetricFailures != 0 {
