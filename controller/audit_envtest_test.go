@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/policies"
-	"github.com/quantumnode/qn-admission/policies/dirwatch"
 )
 
 // auditTestLabel marks the QuantumNodes of one audit test; the shared

@@ -390,7 +390,7 @@ func TestEngineDecidesAlikeOnDecodedValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	sets["bundled"] = bundled
-	patterns, err := Load(context.Background(), os.DirFS("../internal/qnctl/testdata/patterns"), LoadOptions{SkipTests: true})
+	patterns, err := Load(context.Background(), os.DirFS("../cmd/qnctl/app/testdata/patterns"), LoadOptions{SkipTests: true})
 	if err != nil {
 		t.Fatal(err)
 	}

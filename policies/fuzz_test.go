@@ -96,7 +96,7 @@ func FuzzInputValueMatchesItsJSONForm(f *testing.F) {
 // returns a table or an error that names the file, never panics, and a
 // table it returns names a default role it defines.
 func FuzzParseRoleTable(f *testing.F) {
-	for _, file := range []string{"../rego/bundle/roles.yaml", "../internal/qnctl/testdata/policies/roles.yaml"} {
+	for _, file := range []string{"../rego/bundle/roles.yaml", "../cmd/qnctl/app/testdata/policies/roles.yaml"} {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)

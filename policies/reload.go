@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
-	"github.com/quantumnode/qn-admission/policies/dirwatch"
 )
 
 // ReloaderOptions configure hot reload of a policy directory.

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/quantumnode/qn-admission/policies/dirwatch"
+	"github.com/quantumnode/qn-admission/internal/dirwatch"
 )
 
 const reloadRoles = "defaultRole: r\nroles:\n  r:\n    operations: [CREATE, UPDATE]\n    packages: [p]\n"

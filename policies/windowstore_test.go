@@ -9,8 +9,8 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
 	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // storeRoles is a role table whose roles differ only in what their window

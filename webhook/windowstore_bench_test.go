@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // BenchmarkValidateWindowStore is the whole validate path of a realtime

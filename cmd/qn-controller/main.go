@@ -25,9 +25,9 @@ import (
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
+	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
-	"github.com/quantumnode/qn-admission/policies/dirwatch"
 )
 
 func main() {

@@ -8,14 +8,14 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/quantumnode/qn-admission/internal/qnctl"
+	"github.com/quantumnode/qn-admission/cmd/qnctl/app"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 )
 
 func main() {
 	pattern.DiscardMatcherLogs()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := qnctl.Main(ctx, os.Args[1:], qnctl.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	code := app.Main(ctx, os.Args[1:], app.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
 	stop()
 	os.Exit(code)
 }

@@ -1,6 +1,6 @@
 // Package filewatch is the one file-watch loop of qn-admission, shared by
 // the serving certificate (certs) and the policy directory
-// (policies/dirwatch): file-system events on a set of directories,
+// (internal/dirwatch): file-system events on a set of directories,
 // debounced, plus a poll as the safety net for lost events, each ending in
 // a look at the files by the caller.
 //

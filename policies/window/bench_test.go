@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // tickClock advances by step on every reading, so a benchmark reaches a

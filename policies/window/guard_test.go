@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // funcStore is a Store made of functions, for unit tests of the Guard

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // newRedisStore is a RedisStore on a fresh real redis-server, with the

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 func TestRedisClientConfigMistakesAreClearErrors(t *testing.T) {

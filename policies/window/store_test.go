@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // storeUnderTest makes fresh, empty stores of one kind whose time the test

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // replica is one qn-webhook process of a test, with a client that trusts

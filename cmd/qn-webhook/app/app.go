@@ -28,9 +28,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quantumnode/qn-admission/certs"
+	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
-	"github.com/quantumnode/qn-admission/policies/dirwatch"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quantumnode/qn-admission/internal/redistest"
+	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // qn-webhook built with --window-store redis counts in the real Redis, and

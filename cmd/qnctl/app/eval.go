@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"context"
@@ -58,8 +58,8 @@ type evalOptions struct {
 	SkipRegoTests bool
 }
 
-func newEvalCommand(opts *Options, s Streams) *cobra.Command {
-	o := &evalOptions{Webhook: WebhookBoth, Output: outputText}
+func newEvalCommand(opts *commonOptions, s Streams) *cobra.Command {
+	o := &evalOptions{Webhook: webhookBoth, Output: outputText}
 	cmd := &cobra.Command{
 		Use:   "eval FILE",
 		Short: "Answer an AdmissionReview or an object exactly as qn-webhook would",
@@ -110,7 +110,7 @@ directory that does not load.`,
 	f := cmd.Flags()
 	f.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Policy directory (roles.yaml, *.rego, data.json|yaml); default: the bundled policies.")
 	f.StringVar(&o.Operation, "operation", o.Operation, "Operation: CREATE, UPDATE, DELETE or CONNECT (default CREATE, or UPDATE with --old).")
-	f.StringVar(&o.User, "user", DefaultUser, "Requesting user (userInfo.username).")
+	f.StringVar(&o.User, "user", defaultUser, "Requesting user (userInfo.username).")
 	f.StringArrayVar(&o.Groups, "group", nil, "Group of the requesting user; repeat for several (default system:authenticated).")
 	f.StringVarP(&o.Namespace, "namespace", "n", o.Namespace, "Namespace of the request (default: the object's, else default).")
 	f.StringVar(&o.Resource, "resource", o.Resource, "Resource of a plain object (default: quantumnodes for a QuantumNode, else the kind's plural).")
@@ -145,7 +145,7 @@ func fixedCompletion(values ...string) cobra.CompletionFunc {
 }
 
 // roleCompletion completes --role from the role table of --policy-dir.
-func roleCompletion(opts *Options) cobra.CompletionFunc {
+func roleCompletion(opts *commonOptions) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
 		dir, _ := cmd.Flags().GetString("policy-dir")
 		p, err := loadPolicies(cmd.Context(), dir, opts, true)
@@ -190,7 +190,7 @@ func (o *evalOptions) validate() (time.Time, error) {
 	return t, nil
 }
 
-func runEval(ctx context.Context, opts *Options, o *evalOptions, file string, changed func(string) bool, s Streams) error {
+func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file string, changed func(string) bool, s Streams) error {
 	now, err := o.validate()
 	if err != nil {
 		return err
@@ -399,7 +399,7 @@ func evalDocument(p *policySet, out *outcome, o *evalOptions) (*evalJSON, error)
 		if o.Explain && a.Explanation != nil {
 			aj.Explain = explanationJSON(p, a, o.Trace)
 		}
-		if a.Webhook == WebhookMutate {
+		if a.Webhook == webhookMutate {
 			doc.Mutate = aj
 		} else {
 			doc.Validate = aj
@@ -438,7 +438,7 @@ func writeEvalText(w io.Writer, p *policySet, out *outcome, o *evalOptions) erro
 
 // webhookTitle is how text output names a webhook.
 func webhookTitle(name string) string {
-	if name == WebhookMutate {
+	if name == webhookMutate {
 		return "mutating webhook"
 	}
 	return "validating webhook"

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ func golden(t *testing.T, name, got string) {
 		t.Fatalf("read golden file (run go test -update to create it): %v", err)
 	}
 	if string(want) != got {
-		t.Errorf("output differs from %s (go test ./internal/qnctl -update rewrites it)\n--- got\n%s\n--- want\n%s", path, got, want)
+		t.Errorf("output differs from %s (go test ./cmd/qnctl/app -update rewrites it)\n--- got\n%s\n--- want\n%s", path, got, want)
 	}
 }
 

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"encoding/json"
@@ -10,13 +10,13 @@ func TestHelpShowsExamplesForEveryCommand(t *testing.T) {
 	for _, cmd := range []string{"eval", "test", "lint", "version"} {
 		t.Run(cmd, func(t *testing.T) {
 			code, out, _ := run(t, "", cmd, "--help")
-			if code != ExitOK || !strings.Contains(out, "Examples:\n") || !strings.Contains(out, "qnctl "+cmd) {
+			if code != exitOK || !strings.Contains(out, "Examples:\n") || !strings.Contains(out, "qnctl "+cmd) {
 				t.Errorf("exit %d, help lacks examples:\n%s", code, out)
 			}
 		})
 	}
 	code, out, _ := run(t, "", "--help")
-	if code != ExitOK || !strings.Contains(out, "Exit codes: 0 allowed") || !strings.Contains(out, "completion") {
+	if code != exitOK || !strings.Contains(out, "Exit codes: 0 allowed") || !strings.Contains(out, "completion") {
 		t.Errorf("root help: exit %d\n%s", code, out)
 	}
 }
@@ -30,7 +30,7 @@ func TestUsageErrorsExitWith2(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, _, errOut := run(t, "", args...)
-			if code != ExitError || !strings.Contains(errOut, "qnctl: ") || !strings.Contains(errOut, "--help' for usage") {
+			if code != exitBadInput || !strings.Contains(errOut, "qnctl: ") || !strings.Contains(errOut, "--help' for usage") {
 				t.Errorf("exit %d, stderr:\n%s", code, errOut)
 			}
 		})
@@ -39,15 +39,15 @@ func TestUsageErrorsExitWith2(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	code, out, _ := run(t, "", "version")
-	if code != ExitOK || !strings.HasPrefix(out, "qnctl ") || !strings.Contains(out, "OPA v1.") {
+	if code != exitOK || !strings.HasPrefix(out, "qnctl ") || !strings.Contains(out, "OPA v1.") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
-	old := Version
-	Version = "v9.9.9"
-	defer func() { Version = old }()
+	old := releaseVersion
+	releaseVersion = "v9.9.9"
+	defer func() { releaseVersion = old }()
 	code, out, _ = run(t, "", "version", "-o", "json")
 	var v versionInfo
-	if err := json.Unmarshal([]byte(out), &v); code != ExitOK || err != nil || v.Version != "v9.9.9" || v.Go == "" {
+	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.Version != "v9.9.9" || v.Go == "" {
 		t.Errorf("exit %d, %v: %s", code, err, out)
 	}
 }
@@ -55,7 +55,7 @@ func TestVersion(t *testing.T) {
 func TestShellCompletion(t *testing.T) {
 	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
 		code, out, errOut := run(t, "", "completion", shell)
-		if code != ExitOK || !strings.Contains(out, "qnctl") {
+		if code != exitOK || !strings.Contains(out, "qnctl") {
 			t.Errorf("%s: exit %d %s", shell, code, errOut)
 		}
 	}

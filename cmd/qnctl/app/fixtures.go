@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"bytes"
@@ -16,9 +16,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// FixturesDir is where qnctl test looks for fixture cases inside a policy
+// fixturesDir is where qnctl test looks for fixture cases inside a policy
 // directory when --fixtures is not given.
-const FixturesDir = "fixtures"
+const fixturesDir = "fixtures"
 
 // fixtureFile is one YAML file of fixture cases:
 //
@@ -218,7 +218,7 @@ func yamlError(file string, err error) error {
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if n, tail, ok := strings.Cut(rest, ": "); ok {
 			if line, err := strconv.Atoi(n); err == nil {
-				return &fixtureError{file: file, line: line, msg: strings.ReplaceAll(tail, "in type qnctl.", "in ")}
+				return &fixtureError{file: file, line: line, msg: strings.ReplaceAll(tail, "in type app.", "in ")}
 			}
 		}
 	}
@@ -333,7 +333,7 @@ func (c fixtureCase) load(file, dir string, line int, defaults caseInput, now ti
 	}
 	lc.Spec = spec
 	if lc.Webhook == "" {
-		lc.Webhook = WebhookBoth
+		lc.Webhook = webhookBoth
 	}
 	if !contains(webhookModes, lc.Webhook) {
 		return nil, at("case %q: webhook %q is not one of %s", lc.Name, lc.Webhook, strings.Join(webhookModes, ", "))
@@ -350,7 +350,7 @@ func (c fixtureCase) load(file, dir string, line int, defaults caseInput, now ti
 		lc.Windows = *in.WindowCount
 	}
 	if set(c.Expect.Patch) {
-		if lc.Webhook == WebhookValidate {
+		if lc.Webhook == webhookValidate {
 			return nil, at("case %q: expect.patch needs the mutating webhook (webhook: both or mutate)", lc.Name)
 		}
 		var v any

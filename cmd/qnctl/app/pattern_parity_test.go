@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func parityReviews(t *testing.T, now time.Time) map[string][]byte {
 		}
 		out["fixture "+c.Location] = b
 	}
-	loadReviews, err := filepath.Glob("../../test/load/testdata/*.json")
+	loadReviews, err := filepath.Glob("../../../test/load/testdata/*.json")
 	if err != nil || len(loadReviews) == 0 {
 		t.Fatalf("no load-test reviews: %v", err)
 	}
@@ -191,7 +191,7 @@ func decideAs(t *testing.T, set *policies.Set, review []byte, role string, now t
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := evaluate(context.Background(), set, evalRequest{Review: b, Webhook: WebhookValidate, Now: now})
+	out, err := evaluate(context.Background(), set, evalRequest{Review: b, Webhook: webhookValidate, Now: now})
 	if err != nil {
 		t.Fatalf("evaluate as %s: %v", role, err)
 	}

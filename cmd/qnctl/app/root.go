@@ -1,9 +1,9 @@
-// Package qnctl is the qnctl command line: it evaluates, explains, tests and
+// Package app is the qnctl command line: it evaluates, explains, tests and
 // lints qn-admission policies offline with the engine the server runs. Every
 // decision goes through webhook.DecodeReview and webhook.Answer with a
 // policies.Engine, exactly as qn-webhook answers a request; qnctl adds only
 // input handling, fixtures and reports.
-package qnctl
+package app
 
 import (
 	"context"
@@ -18,13 +18,13 @@ import (
 
 // Exit codes shared by every command.
 const (
-	// ExitOK: allowed, every test passed, no lint problem.
-	ExitOK = 0
-	// ExitFailed: denied, a test failed, or lint found problems.
-	ExitFailed = 1
-	// ExitError: bad usage, unreadable or invalid input, or a policy
+	// exitOK: allowed, every test passed, no lint problem.
+	exitOK = 0
+	// exitFailed: denied, a test failed, or lint found problems.
+	exitFailed = 1
+	// exitBadInput: bad usage, unreadable or invalid input, or a policy
 	// directory that does not load.
-	ExitError = 2
+	exitBadInput = 2
 )
 
 // Streams are the standard streams a command reads and writes.
@@ -37,9 +37,9 @@ type Streams struct {
 	Err io.Writer
 }
 
-// Options apply to every command that loads policies; they mirror the
+// commonOptions apply to every command that loads policies; they mirror the
 // qn-webhook flags of the same name so a set loads the same way.
-type Options struct {
+type commonOptions struct {
 	// AllowNetworkBuiltins keeps http.send and friends available to Rego.
 	AllowNetworkBuiltins bool
 	// PolicyEvalTimeout bounds one policy evaluation.
@@ -62,8 +62,8 @@ func (e *exitError) Error() string {
 
 func (e *exitError) Unwrap() error { return e.err }
 
-// failed ends a command with ExitFailed after its report was printed.
-func failed() error { return &exitError{code: ExitFailed} }
+// failed ends a command with exitFailed after its report was printed.
+func failed() error { return &exitError{code: exitFailed} }
 
 // usageError is a mistake in the command line itself.
 type usageError struct{ msg string }
@@ -77,11 +77,11 @@ func usagef(format string, args ...any) error {
 // Main runs qnctl with args (without the program name) and returns the
 // process exit code.
 func Main(ctx context.Context, args []string, s Streams) int {
-	cmd := NewCommand(s)
+	cmd := newCommand(s)
 	cmd.SetArgs(args)
 	ran, err := cmd.ExecuteContextC(ctx)
 	if err == nil {
-		return ExitOK
+		return exitOK
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
@@ -98,7 +98,7 @@ func Main(ctx context.Context, args []string, s Streams) int {
 		}
 		fmt.Fprintf(s.Err, "Run '%s --help' for usage.\n", ran.CommandPath())
 	}
-	return ExitError
+	return exitBadInput
 }
 
 // isCobraUsageError recognises the argument and flag errors cobra returns
@@ -113,9 +113,9 @@ func isCobraUsageError(err error) bool {
 	return false
 }
 
-// NewCommand builds the qnctl command tree.
-func NewCommand(s Streams) *cobra.Command {
-	opts := &Options{PolicyEvalTimeout: time.Second}
+// newCommand builds the qnctl command tree.
+func newCommand(s Streams) *cobra.Command {
+	opts := &commonOptions{PolicyEvalTimeout: time.Second}
 	root := &cobra.Command{
 		Use:   "qnctl",
 		Short: "Evaluate, explain, test and lint qn-admission policies offline",

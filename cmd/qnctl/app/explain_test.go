@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"encoding/json"
@@ -15,25 +15,25 @@ func TestExplainGolden(t *testing.T) {
 		wantCode int
 	}{
 		"a denial names the deny rule and the violation rules behind each message": {
-			"explain/denied.golden", []string{invalid, "--user", "alice"}, ExitFailed},
+			"explain/denied.golden", []string{invalid, "--user", "alice"}, exitFailed},
 		"an admitted request shows the patch rule, the warning rule and the default role": {
-			"explain/admitted.golden", []string{valid, "--user", "alice"}, ExitOK},
+			"explain/admitted.golden", []string{valid, "--user", "alice"}, exitOK},
 		"a full namespace window is shown as policies see it, before the 429": {
-			"explain/window-full.golden", []string{valid, "--role", "strict", "--user", "alice", "--window-count", "2", "--webhook", "validate"}, ExitFailed},
+			"explain/window-full.golden", []string{valid, "--role", "strict", "--user", "alice", "--window-count", "2", "--webhook", "validate"}, exitFailed},
 		"a role named by annotation, with its own package and parameters": {
-			"explain/role-annotation.golden", []string{valid, "--role", "strict", "--user", "bob", "--webhook", "validate"}, ExitFailed},
+			"explain/role-annotation.golden", []string{valid, "--role", "strict", "--user", "bob", "--webhook", "validate"}, exitFailed},
 		"an operation the role may not perform stops before any policy": {
-			"explain/operation-denied.golden", []string{valid, "--role", "strict", "--old", valid, "--old-role", "strict", "--webhook", "validate"}, ExitFailed},
+			"explain/operation-denied.golden", []string{valid, "--role", "strict", "--old", valid, "--old-role", "strict", "--webhook", "validate"}, exitFailed},
 		"an annotation that names no role": {
-			"explain/unknown-role.golden", []string{"testdata/inputs/node-unknown-role.yaml", "--webhook", "validate"}, ExitFailed},
+			"explain/unknown-role.golden", []string{"testdata/inputs/node-unknown-role.yaml", "--webhook", "validate"}, exitFailed},
 		"an exempt group is admitted without role, policies or window": {
-			"explain/exempt.golden", []string{invalid, "--group", "break-glass", "--webhook", "validate"}, ExitOK},
+			"explain/exempt.golden", []string{invalid, "--group", "break-glass", "--webhook", "validate"}, exitOK},
 		"a malformed request is refused before the engine": {
-			"explain/malformed.golden", []string{"testdata/inputs/review-kind-mismatch.json", "--webhook", "validate"}, ExitFailed},
+			"explain/malformed.golden", []string{"testdata/inputs/review-kind-mismatch.json", "--webhook", "validate"}, exitFailed},
 		"the trace of failures shows why the fast path did not hold": {
-			"explain/trace-fails.golden", []string{invalid, "--webhook", "validate", "--trace=fails"}, ExitFailed},
+			"explain/trace-fails.golden", []string{invalid, "--webhook", "validate", "--trace=fails"}, exitFailed},
 		"the explanation in JSON": {
-			"explain/denied.json.golden", []string{invalid, "--webhook", "validate", "-o", "json"}, ExitFailed},
+			"explain/denied.json.golden", []string{invalid, "--webhook", "validate", "-o", "json"}, exitFailed},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -52,7 +52,7 @@ func TestExplainGolden(t *testing.T) {
 // is credited with an entry the answer lacks.
 func TestExplanationAccountsForEveryReasonOfTheDecision(t *testing.T) {
 	for name, args := range map[string][]string{
-		"bundled policies, two QuantumNode violations": {"--policy-dir", "", "../../test/testdata/review-duplicate-port.json"},
+		"bundled policies, two QuantumNode violations": {"--policy-dir", "", "../../../test/testdata/review-duplicate-port.json"},
 		"test policies, a denial under strict":         {"--policy-dir", testPolicies, "--role", "strict", "--user", "bob", "testdata/inputs/node-invalid.yaml"},
 	} {
 		t.Run(name, func(t *testing.T) {

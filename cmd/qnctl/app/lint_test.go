@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 		want     []string
 	}{
 		"a clean directory": {
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"ok (2 roles, 4 Rego files, 2 Rego tests)"},
 		},
 		"a Rego v0 rule and a syntax error in two files are both reported": {
@@ -21,7 +21,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 				"old.rego":    "package demo.old\n\ndeny[msg] {\n\tmsg := \"x\"\n}\n",
 				"broken.rego": "package demo.broken\n\nwarn contains msg if {\n",
 			},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want: []string{
 				"old.rego:3:1: error: rego_parse_error: `if` keyword is required before rule body",
 				"hint: policies are Rego v1: write `deny contains msg if { ... }`",
@@ -31,17 +31,17 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 		},
 		"a network built-in is refused with the flag that allows it": {
 			edits:    map[string]string{"net.rego": "package demo.net\n\ndeny contains msg if {\n\tr := http.send({\"method\": \"get\", \"url\": \"http://x\"})\n\tmsg := r.body\n}\n"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"net.rego:4:7: error: rego_type_error: undefined function http.send", "pass --allow-network-builtins"},
 		},
 		"an unsafe variable": {
 			edits:    map[string]string{"unsafe.rego": "package demo.unsafe\n\ndeny contains msg if {\n\tmsg := y\n}\n"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"unsafe.rego:4:", "rego_unsafe_var_error", "hint: bind the variable before using it"},
 		},
 		"a role table mistake names its line": {
 			edits:    map[string]string{"roles.yaml": "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE, PATCH]\n    packages: [demo.nodes]\n"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{`roles.yaml:4: error: roles.standard.operations: "PATCH" is not an operation (use CREATE, UPDATE, DELETE, CONNECT)`},
 		},
 		"every role table mistake and a Rego error in one run": {
@@ -49,7 +49,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 				"roles.yaml":  "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE, PATCH]\n    packages: [demo.nodes]\n    enforcement: audit\n    window: {limit: 0, period: soon}\n",
 				"broken.rego": "package demo.broken\n\nwarn contains msg if {\n\tmsg := y\n}\n",
 			},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want: []string{
 				`roles.yaml:4: error: roles.standard.operations: "PATCH" is not an operation`,
 				`roles.yaml:6: error: roles.standard.enforcement: "audit" is not an enforcement`,
@@ -61,7 +61,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 		},
 		"a package the role table lists but no file declares": {
 			edits:    map[string]string{"roles.yaml": "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes, demo.typo]\n"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{`roles.yaml:5: error: roles.standard.packages: package "demo.typo" is not declared by any .rego file`, "known packages: demo.label, demo.nodes"},
 		},
 		"a listed package with no deny, warn or patch is a warning": {
@@ -69,32 +69,32 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 				"roles.yaml":   "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes, demo.helpers]\n",
 				"helpers.rego": "package demo.helpers\n\nok := true\n",
 			},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{`roles.yaml:5: warning: roles.standard.packages: package "demo.helpers" has no deny, warn or patch rule`, "ok with 1 warnings"},
 		},
 		"a missing role table": {
 			edits:    map[string]string{"roles.yaml": ""},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"roles.yaml: error: missing: a policy directory needs a role table"},
 		},
 		"broken data and a reserved key": {
 			edits:    map[string]string{"data.yaml": "zones: [a\n", "data.json": "{\"roles\": {}}"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"data.json:1: error: top-level key \"roles\" is reserved for role parameters", "data.yaml:"},
 		},
 		"a failing Rego test is a problem at its line": {
 			edits:    map[string]string{"x_test.rego": "package demo.x_test\n\ntest_nope if false\n"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"x_test.rego:3: error: demo.x_test.test_nope: test rule evaluated to false or undefined", "qn-webhook refuses a set whose Rego tests fail"},
 		},
 		"a misnamed file is a warning": {
 			edits:    map[string]string{"data.yml": "a: 1\n"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"data.yml: warning: this file is not read", "hint: rename it to data.yaml"},
 		},
 		"a broken fixture file": {
 			edits:    map[string]string{"fixtures/bad.yaml": "cases:\n- name: x\n  objet: {}\n  expect: {allowed: true}\n"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"fixtures/bad.yaml:3: error: field objet not found"},
 		},
 	}
@@ -117,7 +117,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 func TestLintJSONAndUnreadableDirectory(t *testing.T) {
 	dir := copyDir(t, testPolicies, map[string]string{"unsafe.rego": "package demo.unsafe\n\ndeny contains msg if {\n\tmsg := y\n}\n"})
 	code, out, _ := run(t, "", "lint", dir, "-o", "json")
-	if code != ExitFailed {
+	if code != exitFailed {
 		t.Fatalf("exit %d", code)
 	}
 	var r lintReport
@@ -129,10 +129,10 @@ func TestLintJSONAndUnreadableDirectory(t *testing.T) {
 	}
 
 	code, _, errOut := run(t, "", "lint", "testdata/nope")
-	if code != ExitError || !strings.Contains(errOut, "policy directory testdata/nope: no such file or directory") {
+	if code != exitBadInput || !strings.Contains(errOut, "policy directory testdata/nope: no such file or directory") {
 		t.Errorf("exit %d: %s", code, errOut)
 	}
-	if code, out, _ := run(t, "", "lint"); code != ExitOK || !strings.Contains(out, "bundled: ok") {
+	if code, out, _ := run(t, "", "lint"); code != exitOK || !strings.Contains(out, "bundled: ok") {
 		t.Errorf("lint of the bundled policies: exit %d\n%s", code, out)
 	}
 }

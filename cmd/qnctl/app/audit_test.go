@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestAudit(t *testing.T) {
 	}{
 		"a snapshot prints one line per non-compliant node and exits 1": {
 			args: []string{"audit", "testdata/audit/snapshot.yaml", "--policy-dir", testPolicies},
-			code: ExitFailed,
+			code: exitFailed,
 			stdout: []string{
 				"demo/n2 (role standard): [demo.nodes.deny fail] spec.hardware.arch must be amd64 or arm64; [demo.nodes.deny fail] spec.services must not be empty",
 				`edge/n4 (role gpu): [roles.yaml.qn-role fail] annotation qn-role="gpu" names no known role; known roles: standard, strict`,
@@ -41,23 +41,23 @@ func TestAudit(t *testing.T) {
 		},
 		"--namespace judges only that namespace": {
 			args:   []string{"audit", "testdata/audit/snapshot.yaml", "--policy-dir", testPolicies, "-n", "edge"},
-			code:   ExitFailed,
+			code:   exitFailed,
 			stdout: []string{`edge/n4 (role gpu): [roles.yaml.qn-role fail] annotation qn-role="gpu" names no known role; known roles: standard, strict`},
 			stderr: []string{"2 QuantumNodes judged", "1 compliant, 1 non-compliant"},
 		},
 		"a YAML stream of compliant nodes exits 0 and prints nothing on stdout": {
 			args:   []string{"audit", "testdata/audit/compliant.yaml", "--policy-dir", testPolicies},
-			code:   ExitOK,
+			code:   exitOK,
 			stderr: []string{"2 QuantumNodes judged", "2 compliant, 0 non-compliant"},
 		},
 		"an empty List is an empty cluster": {
 			args:   []string{"audit", "testdata/audit/empty.yaml", "--policy-dir", testPolicies},
-			code:   ExitOK,
+			code:   exitOK,
 			stderr: []string{"0 QuantumNodes judged"},
 		},
 		"the bundled policies judge when no --policy-dir is given": {
 			args: []string{"audit", "testdata/audit/snapshot.yaml"},
-			code: ExitFailed,
+			code: exitFailed,
 			stdout: []string{
 				`demo/n2 (role default): [qn.quantumnode.deny fail] spec.hardware.arch "riscv" is not supported; use one of amd64, arm64; [qn.quantumnode.deny fail] spec.services must list at least one service`,
 				`edge/n3 (role strict): [roles.yaml.qn-role fail] annotation qn-role="strict" names no known role; known roles: batch, default, realtime`,
@@ -67,17 +67,17 @@ func TestAudit(t *testing.T) {
 		},
 		"a file that is not YAML is an input error": {
 			args:   []string{"audit", "testdata/policies/nodes.rego"},
-			code:   ExitError,
+			code:   exitBadInput,
 			stderr: []string{"testdata/policies/nodes.rego"},
 		},
 		"an unknown output format is a usage error": {
 			args:   []string{"audit", "testdata/audit/empty.yaml", "-o", "table"},
-			code:   ExitError,
+			code:   exitBadInput,
 			stderr: []string{`--output "table" is not one of text, json`},
 		},
 		"without a file or a cluster it says so": {
 			args:   []string{"audit", "--kubeconfig", "testdata/audit/no-such-kubeconfig"},
-			code:   ExitError,
+			code:   exitBadInput,
 			stderr: []string{"no FILE given and no cluster to read QuantumNodes from"},
 		},
 	} {
@@ -104,7 +104,7 @@ func TestAudit(t *testing.T) {
 
 func TestAuditJSONListsEveryRuleOfEveryNode(t *testing.T) {
 	code, out, errOut := run(t, "", "audit", "testdata/audit/snapshot.yaml", "--policy-dir", testPolicies, "-o", "json")
-	if code != ExitFailed {
+	if code != exitFailed {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	var nodes []struct {
@@ -193,8 +193,8 @@ func TestAuditReadsALiveCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := run(t, "", "audit", "--kubeconfig", path, "--policy-dir", testPolicies)
-	if code != ExitFailed {
-		t.Errorf("exit %d, want %d: %s", code, ExitFailed, errOut)
+	if code != exitFailed {
+		t.Errorf("exit %d, want %d: %s", code, exitFailed, errOut)
 	}
 	want := `edge/n4 (role gpu): [roles.yaml.qn-role fail] annotation qn-role="gpu" names no known role; known roles: standard, strict` + "\n"
 	if out != want {

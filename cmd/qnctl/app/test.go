@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type testOptions struct {
 	Verbose  bool
 }
 
-func newTestCommand(opts *Options, s Streams) *cobra.Command {
+func newTestCommand(opts *commonOptions, s Streams) *cobra.Command {
 	o := &testOptions{Output: outputText}
 	cmd := &cobra.Command{
 		Use:   "test [DIR]",
@@ -109,7 +109,7 @@ type testSummary struct {
 	DurationHuman string        `json:"duration"`
 }
 
-func runTest(ctx context.Context, opts *Options, o *testOptions, dir string, w io.Writer) error {
+func runTest(ctx context.Context, opts *commonOptions, o *testOptions, dir string, w io.Writer) error {
 	start := time.Now()
 	switch o.Output {
 	case outputText, outputJSON, outputJUnit:
@@ -125,8 +125,8 @@ func runTest(ctx context.Context, opts *Options, o *testOptions, dir string, w i
 	}
 	fixtures := o.Fixtures
 	if fixtures == "" && dir != "" {
-		if st, err := os.Stat(filepath.Join(dir, FixturesDir)); err == nil && st.IsDir() {
-			fixtures = filepath.Join(dir, FixturesDir)
+		if st, err := os.Stat(filepath.Join(dir, fixturesDir)); err == nil && st.IsDir() {
+			fixtures = filepath.Join(dir, fixturesDir)
 		}
 	}
 	// Fixture files are read before the policies, so a typo in either is

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // holds no control characters and no bytes that are not UTF-8.
 // testdata/fuzz/FuzzEvalInput holds inputs the fuzzer found worth keeping.
 func FuzzEvalInput(f *testing.F) {
-	for _, pattern := range []string{"testdata/inputs/*", "../../test/testdata/*.json", "../../test/load/testdata/*.json"} {
+	for _, pattern := range []string{"testdata/inputs/*", "../../../test/testdata/*.json", "../../../test/load/testdata/*.json"} {
 		files, _ := filepath.Glob(pattern)
 		for _, file := range files {
 			src, err := os.ReadFile(file)
@@ -30,11 +30,11 @@ func FuzzEvalInput(f *testing.F) {
 	}
 	f.Add([]byte("apiVersion: qn.dev/v1alpha1\nkind: QuantumNode\nmetadata: {name: \"\\e[31m\", annotations: {qn-role: \"\\xff\"}}\nspec: {}\n"))
 	ctx := context.Background()
-	p, err := loadPolicies(ctx, "", &Options{}, true)
+	p, err := loadPolicies(ctx, "", &commonOptions{}, true)
 	if err != nil {
 		f.Fatal(err)
 	}
-	o := &evalOptions{Webhook: WebhookBoth, Output: outputText}
+	o := &evalOptions{Webhook: webhookBoth, Output: outputText}
 	now := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, src []byte) {
 		doc, err := parseDocument("input", src)

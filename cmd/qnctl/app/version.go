@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"encoding/json"
@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Version is qnctl's release version, set at build time with
-// -ldflags "-X github.com/quantumnode/qn-admission/internal/qnctl.Version=v1.2.3";
+// releaseVersion is qnctl's release version, set at build time with
+// -ldflags "-X github.com/quantumnode/qn-admission/cmd/qnctl/app.releaseVersion=v1.2.3";
 // without it, the module version and VCS stamp of the build are shown.
-var Version = ""
+var releaseVersion = ""
 
 // versionInfo is what qnctl version prints.
 type versionInfo struct {
@@ -27,7 +27,7 @@ type versionInfo struct {
 }
 
 func buildVersion() versionInfo {
-	v := versionInfo{Version: Version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, OPA: "v" + opaversion.Version}
+	v := versionInfo{Version: releaseVersion, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, OPA: "v" + opaversion.Version}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		if v.Version == "" {

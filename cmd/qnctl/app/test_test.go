@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"encoding/json"
@@ -26,7 +26,7 @@ func TestTestRunsRegoTestsAndFixtureCases(t *testing.T) {
 	}{
 		"a passing directory prints a line per test and case and a summary": {
 			dir:      testPolicies,
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want: []string{
 				"PASS  rego    demo.nodes_test.test_empty_services_are_denied  (nodes_test.rego:5)",
 				"PASS  fixture strict refuses the third change in its namespace window  (testdata/policies/fixtures/cases.yaml:20)",
@@ -35,7 +35,7 @@ func TestTestRunsRegoTestsAndFixtureCases(t *testing.T) {
 		},
 		"a case that gets another decision fails and says every difference": {
 			dir:      copyDir(t, testPolicies, map[string]string{"fixtures/wrong.yaml": wrongCase}),
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want: []string{
 				"FAIL  fixture a valid node is denied, says this wrong case",
 				"allowed: want false, got true (allowed (200))",
@@ -48,25 +48,25 @@ func TestTestRunsRegoTestsAndFixtureCases(t *testing.T) {
 		},
 		"a failing Rego test fails the run and names its file and line": {
 			dir:      copyDir(t, testPolicies, map[string]string{"extra_test.rego": "package demo.extra_test\n\ntest_always_fails if {\n\tfalse\n}\n"}),
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"FAIL  rego    demo.extra_test.test_always_fails  (extra_test.rego:3)", "test rule evaluated to false or undefined"},
 		},
 		"--run keeps only the matching tests and cases": {
 			dir:      testPolicies,
 			args:     []string{"--run", "strict"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"PASS: 0 Rego tests, 2 fixture cases: 2 passed, 0 failed"},
 		},
 		"--fixtures points at other cases": {
 			dir:      testPolicies,
 			args:     []string{"--fixtures", "testdata/policies/fixtures/cases.yaml"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"3 fixture cases"},
 		},
 		"-v prints each case's answer": {
 			dir:      testPolicies,
 			args:     []string{"-v", "--run", "owner"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{`answer: DENIED (403 Forbidden) role strict: denied by qn-admission (role "strict"): user "bob" is not an owner of strict nodes`},
 		},
 	}
@@ -138,7 +138,7 @@ func TestTestLoadErrorsExitWith2AndSayWhere(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			code, out, errOut := run(t, "", append([]string{"test", tc.dir}, tc.args...)...)
-			if code != ExitError {
+			if code != exitBadInput {
 				t.Fatalf("exit code %d, want 2\n%s%s", code, out, errOut)
 			}
 			for _, w := range tc.want {
@@ -154,7 +154,7 @@ func TestTestReportsForCI(t *testing.T) {
 	dir := copyDir(t, testPolicies, map[string]string{"fixtures/wrong.yaml": "cases:\n- name: wrong\n  object: {apiVersion: qn.dev/v1alpha1, kind: QuantumNode, metadata: {name: n1}, spec: {hardware: {arch: amd64}, services: [{name: web, port: 8080}]}}\n  expect: {code: 418}\n"})
 
 	code, out, _ := run(t, "", "test", dir, "-o", "json")
-	if code != ExitFailed {
+	if code != exitFailed {
 		t.Fatalf("exit %d", code)
 	}
 	var report testReport
@@ -166,7 +166,7 @@ func TestTestReportsForCI(t *testing.T) {
 	}
 
 	code, out, _ = run(t, "", "test", dir, "-o", "junit")
-	if code != ExitFailed {
+	if code != exitFailed {
 		t.Fatalf("exit %d", code)
 	}
 	var suites junitSuites
@@ -182,12 +182,12 @@ func TestTestReportsForCI(t *testing.T) {
 }
 
 func TestTestOnTheBundledPoliciesPasses(t *testing.T) {
-	code, out, errOut := run(t, "", "test", "../../rego/bundle", "--fixtures", bundledFixtures)
-	if code != ExitOK {
+	code, out, errOut := run(t, "", "test", "../../../rego/bundle", "--fixtures", bundledFixtures)
+	if code != exitOK {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = run(t, "", "test")
-	if code != ExitOK || !strings.Contains(out, "policies bundled") || !strings.Contains(out, " 0 fixture cases") {
+	if code != exitOK || !strings.Contains(out, "policies bundled") || !strings.Contains(out, " 0 fixture cases") {
 		t.Fatalf("qnctl test without a directory runs the bundled Rego tests: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"bytes"
@@ -29,7 +29,7 @@ import (
 )
 
 // bundledFixtures are the fixture cases of the bundled policies.
-const bundledFixtures = "../../test/fixtures/bundled"
+const bundledFixtures = "../../../test/fixtures/bundled"
 
 // serverStore is the server's in-process window store, every key holding n
 // changes made at the request time before the request arrives. It is the
@@ -95,11 +95,11 @@ func post(t *testing.T, h http.Handler, path string, body []byte) []byte {
 // admitted) the validating webhook's with the patched object.
 func askServer(t *testing.T, h http.Handler, review []byte, mode string) [][]byte {
 	t.Helper()
-	if mode == WebhookValidate {
+	if mode == webhookValidate {
 		return [][]byte{post(t, h, "/validate", review)}
 	}
 	mutated := post(t, h, "/mutate", review)
-	if mode == WebhookMutate {
+	if mode == webhookMutate {
 		return [][]byte{mutated}
 	}
 	var answer admissionv1.AdmissionReview

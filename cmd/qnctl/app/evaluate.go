@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"bytes"
@@ -19,16 +19,16 @@ import (
 
 // Which webhooks an evaluation asks.
 const (
-	// WebhookBoth asks the mutating webhook, then the validating webhook
+	// webhookBoth asks the mutating webhook, then the validating webhook
 	// with the patched object, as the apiserver does.
-	WebhookBoth = "both"
-	// WebhookValidate asks only the validating webhook.
-	WebhookValidate = "validate"
-	// WebhookMutate asks only the mutating webhook.
-	WebhookMutate = "mutate"
+	webhookBoth = "both"
+	// webhookValidate asks only the validating webhook.
+	webhookValidate = "validate"
+	// webhookMutate asks only the mutating webhook.
+	webhookMutate = "mutate"
 )
 
-var webhookModes = []string{WebhookBoth, WebhookValidate, WebhookMutate}
+var webhookModes = []string{webhookBoth, webhookValidate, webhookMutate}
 
 // evalRequest is one evaluation: a review, the webhooks to ask, the time
 // and the simulated window state.
@@ -87,12 +87,12 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 	d := &explainingDecider{engine: engine, explain: r.Explain}
 	out := &outcome{}
 	req := rev.Request
-	if r.Webhook != WebhookValidate {
+	if r.Webhook != webhookValidate {
 		out.Mutate, err = d.answer(ctx, req, policies.PathMutate, r.Now)
 		if err != nil {
 			return nil, err
 		}
-		if !out.Mutate.Decision.Allowed || r.Webhook == WebhookMutate {
+		if !out.Mutate.Decision.Allowed || r.Webhook == webhookMutate {
 			// The apiserver stops at a denial; mutate-only stops here.
 			out.Patched, err = patched(req.Object.Raw, out.Mutate.Decision.Patch)
 			return out, err

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"bytes"

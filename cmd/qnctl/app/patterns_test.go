@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"encoding/json"
@@ -34,7 +34,7 @@ func TestEvalExplainsWhichPatternFired(t *testing.T) {
 func TestEvalJSONNamesThePatternPathAndLine(t *testing.T) {
 	code, out, errOut := run(t, "", "eval", "--policy-dir", testPatterns, "--time", testTime, "--explain", "-o", "json",
 		"--webhook", "validate", "testdata/inputs/node-other-team.yaml")
-	if code != ExitFailed || errOut != "" {
+	if code != exitFailed || errOut != "" {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 	var got struct {
@@ -59,7 +59,7 @@ func TestEvalJSONNamesThePatternPathAndLine(t *testing.T) {
 
 func TestTestRunsFixtureCasesOnPatternPolicies(t *testing.T) {
 	code, out, _ := run(t, "", "test", testPatterns)
-	if code != ExitOK || !strings.Contains(out, "PASS  fixture the team pattern denies another team and says where") ||
+	if code != exitOK || !strings.Contains(out, "PASS  fixture the team pattern denies another team and says where") ||
 		!strings.Contains(out, "PASS: 0 Rego tests, 5 fixture cases: 5 passed, 0 failed") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
@@ -69,13 +69,13 @@ func TestTestRunsFixtureCasesOnPatternPolicies(t *testing.T) {
   expect: {allowed: false, message: pattern team-label failed}
 `
 	code, out, _ = run(t, "", "test", copyDir(t, testPatterns, map[string]string{"fixtures/wrong.yaml": wrong}))
-	if code != ExitFailed || !strings.Contains(out, "FAIL  fixture a pattern denial expected where the pattern admits") ||
+	if code != exitFailed || !strings.Contains(out, "FAIL  fixture a pattern denial expected where the pattern admits") ||
 		!strings.Contains(out, `message: want it to contain "pattern team-label failed", got ""`) {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	broken := "kind: PatternPolicy\nvalidate:\n  message: m\n  pattern:\n    metadata:\n      labels:\n        +(team): ops\n"
 	code, out, errOut := run(t, "", "test", copyDir(t, testPatterns, map[string]string{"team-label.pattern.yaml": broken}))
-	if code == ExitOK || !strings.Contains(out+errOut, "team-label.pattern.yaml:7: validate.pattern.metadata.labels.+(team): +() (add if not present) is a mutate anchor") {
+	if code == exitOK || !strings.Contains(out+errOut, "team-label.pattern.yaml:7: validate.pattern.metadata.labels.+(team): +() (add if not present) is a mutate anchor") {
 		t.Fatalf("a broken pattern file fails the run with file and line; exit %d:\n%s%s", code, out, errOut)
 	}
 }

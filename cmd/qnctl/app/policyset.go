@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type policySet struct {
 }
 
 // loadOptions are the server's load options for these command-line options.
-func (o *Options) loadOptions(skipTests bool) policies.LoadOptions {
+func (o *commonOptions) loadOptions(skipTests bool) policies.LoadOptions {
 	return policies.LoadOptions{
 		EvalTimeout:  o.PolicyEvalTimeout,
 		AllowNetwork: o.AllowNetworkBuiltins,
@@ -53,7 +53,7 @@ func policyFS(dir string) (fs.FS, string, error) {
 // loadPolicies loads a policy directory exactly as qn-webhook does
 // (policies.LoadDir for a directory, policies.Load for the bundled set).
 // With skipTests the Rego unit tests are left to the caller.
-func loadPolicies(ctx context.Context, dir string, o *Options, skipTests bool) (*policySet, error) {
+func loadPolicies(ctx context.Context, dir string, o *commonOptions, skipTests bool) (*policySet, error) {
 	fsys, source, err := policyFS(dir)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"bytes"
@@ -24,17 +24,17 @@ import (
 
 // Defaults of a request built from a plain object.
 const (
-	// DefaultUser is the requester when none is given.
-	DefaultUser = "qnctl"
-	// DefaultNamespace is used when neither the object nor a flag names one.
-	DefaultNamespace = "default"
+	// defaultUser is the requester when none is given.
+	defaultUser = "qnctl"
+	// defaultNamespace is used when neither the object nor a flag names one.
+	defaultNamespace = "default"
 	// evalUID is the uid of a review built from a plain object.
 	evalUID = "qnctl-eval"
 )
 
-// DefaultGroups are the requester's groups when none are given: what the
+// defaultGroups are the requester's groups when none are given: what the
 // apiserver adds for every authenticated user.
-var DefaultGroups = []string{"system:authenticated"}
+var defaultGroups = []string{"system:authenticated"}
 
 // document is one input file: its name for messages and its content as JSON.
 type document struct {
@@ -155,19 +155,19 @@ func readSource(name string, stdin io.Reader) (string, []byte, error) {
 	return name, src, nil
 }
 
-// MaxInputBytes bounds one input file or stdin. The webhook takes at most
+// maxInputBytes bounds one input file or stdin. The webhook takes at most
 // 7 MiB of JSON; the same review as YAML is a little larger.
-const MaxInputBytes = 16 << 20
+const maxInputBytes = 16 << 20
 
-// readBounded reads at most MaxInputBytes from r; more is an error, so
+// readBounded reads at most maxInputBytes from r; more is an error, so
 // /dev/zero or a runaway pipe ends in a message, not an out-of-memory crash.
 func readBounded(name string, r io.Reader) ([]byte, error) {
-	src, err := io.ReadAll(io.LimitReader(r, MaxInputBytes+1))
+	src, err := io.ReadAll(io.LimitReader(r, maxInputBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, unwrapPathError(err))
 	}
-	if len(src) > MaxInputBytes {
-		return nil, fmt.Errorf("%s is larger than %d MiB, the most qnctl reads (an AdmissionReview is at most 7 MiB)", name, MaxInputBytes>>20)
+	if len(src) > maxInputBytes {
+		return nil, fmt.Errorf("%s is larger than %d MiB, the most qnctl reads (an AdmissionReview is at most 7 MiB)", name, maxInputBytes>>20)
 	}
 	return src, nil
 }
@@ -338,17 +338,17 @@ func (s *requestSpec) fromObject() ([]byte, error) {
 		ns = obj.Metadata.Namespace
 	}
 	if ns == "" {
-		ns = DefaultNamespace
+		ns = defaultNamespace
 	}
 	resource := s.Resource
 	if resource == "" {
 		resource = resourceFor(gv.Group, obj.Kind)
 	}
-	user := DefaultUser
+	user := defaultUser
 	if s.User != nil {
 		user = *s.User
 	}
-	groups := DefaultGroups
+	groups := defaultGroups
 	if s.Groups != nil {
 		groups = s.Groups
 	}

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 	}{
 		"a List is judged item by item and one denied item fails it": {
 			args:     []string{"testdata/inputs/list.yaml", "--webhook", "validate"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want: []string{
 				"== testdata/inputs/list.yaml: items[0]\nvalidating webhook: allowed (200)",
 				"== testdata/inputs/list.yaml: items[1]\nvalidating webhook: DENIED (403 Forbidden)",
@@ -31,18 +31,18 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 		},
 		"a YAML stream is judged document by document": {
 			args:     []string{"testdata/inputs/stream.yaml", "--webhook", "validate"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"== testdata/inputs/stream.yaml (document 2)", "2 objects: 2 admitted, 0 denied"},
 		},
 		"a List read from stdin": {
 			args:     []string{"-", "--webhook", "validate"},
 			stdin:    `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"x","namespace":"demo"},"spec":{"hardware":{"arch":"riscv"}}}]}`,
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"validating webhook: DENIED (403 Forbidden)"},
 		},
 		"a valid object is admitted, patched and warned about": {
 			args:     []string{valid},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want: []string{
 				"mutating webhook: allowed (200)",
 				`patch       [{"op":"add","path":"/metadata/labels","value":{"demo/checked":"true"}}]`,
@@ -52,7 +52,7 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 		},
 		"an invalid object is denied with every reason": {
 			args:     []string{invalid},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want: []string{
 				"validating webhook: DENIED (403 Forbidden)",
 				`message     denied by qn-admission (role "standard"): spec.hardware.arch must be amd64 or arm64; spec.services must not be empty`,
@@ -61,69 +61,69 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 		"the object can come from stdin": {
 			args:     []string{"-"},
 			stdin:    "apiVersion: qn.dev/v1alpha1\nkind: QuantumNode\nmetadata: {name: node1}\nspec: {hardware: {arch: x}}\n",
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"DENIED (403 Forbidden)"},
 		},
 		"--role sets the annotation and the role's policies judge": {
 			args:     []string{valid, "--role", "strict", "--user", "bob"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{`role        strict`, `user "bob" is not an owner of strict nodes`},
 		},
 		"--window-count fills the role's window and the next change gets 429": {
 			args:     []string{valid, "--role", "strict", "--user", "alice", "--window-count", "2"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"DENIED (429 TooManyRequests)", `rate window full: role "strict" allows 2 changes per 30s per namespace; namespace "demo" has made 2 in the last 30s; a slot frees in 30s`},
 		},
 		"a window with room shows what is left after the request": {
 			args:     []string{valid, "--role", "strict", "--user", "alice", "--window-count", "1"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"window      namespace window: 2 of 2 changes per 30s used after this request, 0 remaining"},
 		},
 		"an operation the role may not perform is denied": {
 			args:     []string{valid, "--role", "strict", "--old", valid, "--old-role", "strict"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{`the stored QuantumNode is under role "strict", which may not update it (it may CREATE)`},
 		},
 		"a change of role on UPDATE is judged by the stored role first": {
 			args:     []string{valid, "--role", "strict", "--old", valid},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{`the stored QuantumNode is under role "standard", which does not let it move to role "strict" (roles.standard.moveTo lists none)`},
 		},
 		"DELETE judges the object as the old object": {
 			args:     []string{invalid, "--operation", "delete"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"validating webhook: allowed (200)"},
 		},
 		"an exempt group is admitted unjudged": {
 			args:     []string{invalid, "--group", "break-glass"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"exempt      group break-glass (admitted without policies)"},
 		},
 		"--webhook validate asks only the validating webhook": {
 			args:     []string{valid, "--webhook", "validate"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"validating webhook: allowed"},
 			wantNot:  []string{"mutating webhook"},
 		},
 		"--webhook mutate asks only the mutating webhook": {
 			args:     []string{invalid, "--webhook", "mutate"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"mutating webhook: allowed"},
 			wantNot:  []string{"validating webhook"},
 		},
 		"--show-patched prints the object the validating webhook judged": {
 			args:     []string{valid, "--show-patched"},
-			wantCode: ExitOK,
+			wantCode: exitOK,
 			want:     []string{"patched object:", "      demo/checked: \"true\""},
 		},
 		"a malformed review is answered with 400 like the webhook does": {
 			args:     []string{"testdata/inputs/review-kind-mismatch.json"},
-			wantCode: ExitFailed,
+			wantCode: exitFailed,
 			want:     []string{"DENIED (400 BadRequest)", `request.object is apiVersion "v1" kind "ConfigMap"`},
 		},
 		"the bundled policies judge when no directory is given": {
-			args:     []string{"../../test/testdata/review-duplicate-port.json", "--policy-dir", ""},
-			wantCode: ExitFailed,
+			args:     []string{"../../../test/testdata/review-duplicate-port.json", "--policy-dir", ""},
+			wantCode: exitFailed,
 			want:     []string{`port 8883 is declared 2 times`},
 		},
 	}
@@ -181,7 +181,7 @@ func TestEvalBadInputIsAClearErrorWithExit2(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			args := append([]string{"eval", "--policy-dir", testPolicies, "--time", testTime}, tc.args...)
 			code, out, errOut := run(t, "", args...)
-			if code != ExitError {
+			if code != exitBadInput {
 				t.Fatalf("exit code %d, want 2\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 			}
 			if !strings.Contains(errOut, tc.want) {
@@ -195,8 +195,8 @@ func TestEvalBadInputIsAClearErrorWithExit2(t *testing.T) {
 }
 
 func TestEvalStdinIsReadUpToALimit(t *testing.T) {
-	code, out, errOut := run(t, strings.Repeat(" ", MaxInputBytes+1), "eval", "--policy-dir", testPolicies, "-")
-	if code != ExitError || out != "" || !strings.Contains(errOut, "stdin is larger than 16 MiB") {
+	code, out, errOut := run(t, strings.Repeat(" ", maxInputBytes+1), "eval", "--policy-dir", testPolicies, "-")
+	if code != exitBadInput || out != "" || !strings.Contains(errOut, "stdin is larger than 16 MiB") {
 		t.Fatalf("want exit 2 naming the limit, got %d\nstdout:\n%s\nstderr:\n%.300s", code, out, errOut)
 	}
 }
@@ -223,14 +223,14 @@ func TestTextOutputEscapesWhatATerminalWouldInterpret(t *testing.T) {
 func TestEvalSkipRegoTestsLoadsASetWhoseTestsFail(t *testing.T) {
 	dir := copyDir(t, testPolicies, map[string]string{"nodes_test.rego": "package demo.nodes_test\n\ntest_fails if false\n"})
 	code, out, errOut := run(t, "", "eval", "--policy-dir", dir, "--skip-rego-tests", "testdata/inputs/node-valid.yaml")
-	if code != ExitOK {
+	if code != exitOK {
 		t.Fatalf("exit %d: %s%s", code, out, errOut)
 	}
 }
 
 func TestEvalJSONAndYAMLCarryTheDecisionAndTheReview(t *testing.T) {
 	code, out, errOut := run(t, "", "eval", "--policy-dir", testPolicies, "--time", testTime, "-o", "json", "--show-patched", "testdata/inputs/node-invalid.yaml")
-	if code != ExitFailed {
+	if code != exitFailed {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	var doc struct {
@@ -261,7 +261,7 @@ func TestEvalJSONAndYAMLCarryTheDecisionAndTheReview(t *testing.T) {
 	}
 
 	code, yout, _ := run(t, "", "eval", "--policy-dir", testPolicies, "--time", testTime, "-o", "yaml", "testdata/inputs/node-invalid.yaml")
-	if code != ExitFailed {
+	if code != exitFailed {
 		t.Fatalf("exit %d", code)
 	}
 	js, err := yaml.YAMLToJSON([]byte(yout))
@@ -275,9 +275,9 @@ func TestEvalJSONAndYAMLCarryTheDecisionAndTheReview(t *testing.T) {
 }
 
 func TestEvalOverridesAReviewsFieldsWithFlags(t *testing.T) {
-	review := "../../test/testdata/review-valid.json"
+	review := "../../../test/testdata/review-valid.json"
 	code, out, _ := run(t, "", "eval", review, "-o", "json", "--webhook", "validate", "--user", "bob", "--group", "a", "--group", "system:authenticated", "--namespace", "other", "--dry-run", "--role", "batch")
-	if code != ExitFailed {
+	if code != exitFailed {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	for _, want := range []string{`"role": "batch"`, `batch QuantumNodes must carry label priority=low`} {

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ type auditOptions struct {
 	SkipRegoTests bool
 }
 
-func newAuditCommand(opts *Options, s Streams) *cobra.Command {
+func newAuditCommand(opts *commonOptions, s Streams) *cobra.Command {
 	o := &auditOptions{Output: outputText}
 	cmd := &cobra.Command{
 		Use:   "audit [FILE]",
@@ -90,13 +90,13 @@ type auditedNode struct {
 	Rules     []policies.RuleResult `json:"rules"`
 }
 
-func runAudit(ctx context.Context, opts *Options, o *auditOptions, file string, s Streams) error {
+func runAudit(ctx context.Context, opts *commonOptions, o *auditOptions, file string, s Streams) error {
 	if o.Output != outputText && o.Output != outputJSON {
 		return usagef("--output %q is not one of text, json", o.Output)
 	}
 	p, err := loadPolicies(ctx, o.PolicyDir, opts, o.SkipRegoTests)
 	if err != nil {
-		return &exitError{code: ExitError, err: err}
+		return &exitError{code: exitBadInput, err: err}
 	}
 	var objects []document
 	if file != "" {
@@ -105,7 +105,7 @@ func runAudit(ctx context.Context, opts *Options, o *auditOptions, file string, 
 		objects, err = listCluster(ctx, o)
 	}
 	if err != nil {
-		return &exitError{code: ExitError, err: err}
+		return &exitError{code: exitBadInput, err: err}
 	}
 	engine := policies.NewEngine(p.Set, policies.EngineOptions{})
 	var nodes []auditedNode
@@ -113,7 +113,7 @@ func runAudit(ctx context.Context, opts *Options, o *auditOptions, file string, 
 	for _, doc := range objects {
 		var obj map[string]any
 		if err := json.Unmarshal(doc.JSON, &obj); err != nil {
-			return &exitError{code: ExitError, err: fmt.Errorf("%s: %v", doc.Name, err)}
+			return &exitError{code: exitBadInput, err: fmt.Errorf("%s: %v", doc.Name, err)}
 		}
 		if obj["kind"] != "QuantumNode" || !strings.HasPrefix(fmt.Sprint(obj["apiVersion"]), quantumNodes.Group+"/") {
 			others++

@@ -1,4 +1,4 @@
-package qnctl
+package app
 
 import (
 	"context"
@@ -62,7 +62,7 @@ type lintOptions struct {
 	Fixtures string
 }
 
-func newLintCommand(opts *Options, s Streams) *cobra.Command {
+func newLintCommand(opts *commonOptions, s Streams) *cobra.Command {
 	o := &lintOptions{Output: outputText}
 	cmd := &cobra.Command{
 		Use:   "lint [DIR]",
@@ -120,7 +120,7 @@ func (r *lintReport) errors() int {
 	return n
 }
 
-func runLint(ctx context.Context, opts *Options, o *lintOptions, dir string, w io.Writer) error {
+func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir string, w io.Writer) error {
 	if o.Output != outputText && o.Output != outputJSON {
 		return usagef("--output %q is not one of text, json", o.Output)
 	}
@@ -132,9 +132,9 @@ func runLint(ctx context.Context, opts *Options, o *lintOptions, dir string, w i
 	lintDirectory(ctx, opts, r, fsys, dir)
 	fixtures := o.Fixtures
 	if fixtures == "" && dir != "" {
-		if files, err := fixtureFiles(filepath.Join(dir, FixturesDir)); err == nil {
+		if files, err := fixtureFiles(filepath.Join(dir, fixturesDir)); err == nil {
 			if len(files) > 0 {
-				fixtures = filepath.Join(dir, FixturesDir)
+				fixtures = filepath.Join(dir, fixturesDir)
 			}
 		}
 	}
@@ -168,7 +168,7 @@ func runLint(ctx context.Context, opts *Options, o *lintOptions, dir string, w i
 // lintDirectory loads the directory as qn-webhook does and reports every
 // problem the load found, then what lint adds: warnings the server does not
 // refuse a set for, and each failing Rego test.
-func lintDirectory(ctx context.Context, opts *Options, r *lintReport, fsys fs.FS, dir string) {
+func lintDirectory(ctx context.Context, opts *commonOptions, r *lintReport, fsys fs.FS, dir string) {
 	for _, misnamed := range [][2]string{{"roles.yml", policies.RolesFile}, {"data.yml", "data.yaml"}} {
 		if _, err := fs.Stat(fsys, misnamed[0]); err == nil {
 			r.add(lintWarning(misnamed[0], 0, "this file is not read", fmt.Sprintf("rename it to %s", misnamed[1])))

@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/quantumnode/qn-admission/policies/dirwatch"
+	"github.com/quantumnode/qn-admission/internal/dirwatch"
 )
 
 // The server takes the watcher before its first load, so nothing changed in
