@@ -12,29 +12,14 @@ import (
 	"github.com/quantumnode/qn-admission/policies"
 )
 
-// Reasons of the PolicyCompliant condition. Part of the API, like the others.
-const (
-	// ReasonCompliant: the node breaks none of the judged rules.
-	ReasonCompliant = "Compliant"
-	// ReasonPolicyViolation: at least one deny rule fires for the stored node,
-	// or it names a role the role table does not declare.
-	ReasonPolicyViolation = "PolicyViolation"
-	// ReasonPolicyError: a rule could not be evaluated (timeout, a runtime
-	// error in Rego); the node is not known to comply.
-	ReasonPolicyError = "PolicyError"
-	// ReasonExempt: the role table exempts the node's namespace, so no
-	// policy judges it.
-	ReasonExempt = "Exempt"
-)
-
 // maxConditionMessage bounds the condition message; the PolicyReport has
 // every violation in full.
 const maxConditionMessage = 4096
 
-// AuditObject converts a QuantumNode to the object policies see: the
+// auditObject converts a QuantumNode to the object policies see: the
 // apiserver's JSON form, with apiVersion and kind, which typed objects read
 // from the cache lack.
-func AuditObject(qn *qnv1alpha1.QuantumNode) (map[string]any, error) {
+func auditObject(qn *qnv1alpha1.QuantumNode) (map[string]any, error) {
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(qn)
 	if err != nil {
 		return nil, fmt.Errorf("convert QuantumNode %s/%s for the audit: %w", qn.Namespace, qn.Name, err)
@@ -47,18 +32,18 @@ func AuditObject(qn *qnv1alpha1.QuantumNode) (map[string]any, error) {
 // auditNode judges qn with the engine; ok is false when it could not be
 // converted (never for an object read from the apiserver).
 func auditNode(ctx context.Context, engine *policies.Engine, qn *qnv1alpha1.QuantumNode) (policies.AuditResult, error) {
-	obj, err := AuditObject(qn)
+	obj, err := auditObject(qn)
 	if err != nil {
 		return policies.AuditResult{}, err
 	}
 	return engine.Audit(ctx, obj), nil
 }
 
-// PolicyCompliantCondition turns an audit into the PolicyCompliant
+// policyCompliantCondition turns an audit into the PolicyCompliant
 // condition of a node of generation gen. The message names the policy
 // revision, the role and every violation, so `kubectl describe` answers
 // why without the report.
-func PolicyCompliantCondition(res policies.AuditResult, gen int64) metav1.Condition {
+func policyCompliantCondition(res policies.AuditResult, gen int64) metav1.Condition {
 	c := metav1.Condition{Type: qnv1alpha1.ConditionPolicyCompliant, ObservedGeneration: gen}
 	judged := fmt.Sprintf("policy revision %s, role %q", res.Revision, res.Role)
 	skipped := res.Count(policies.VerdictSkip)
@@ -68,16 +53,16 @@ func PolicyCompliantCondition(res policies.AuditResult, gen int64) metav1.Condit
 	}
 	switch {
 	case res.Exempt != "":
-		c.Status, c.Reason = metav1.ConditionUnknown, ReasonExempt
+		c.Status, c.Reason = metav1.ConditionUnknown, qnv1alpha1.ReasonExempt
 		c.Message = fmt.Sprintf("not judged: exempt by the role table (%s), policy revision %s", res.Exempt, res.Revision)
 	case res.Count(policies.VerdictFail) > 0:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonPolicyViolation
+		c.Status, c.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonPolicyViolation
 		c.Message = fmt.Sprintf("violates %s: %s", judged, strings.Join(failMessages(res, policies.VerdictFail), "; "))
 	case res.Count(policies.VerdictError) > 0:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonPolicyError
+		c.Status, c.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonPolicyError
 		c.Message = fmt.Sprintf("could not be judged by %s: %s", judged, strings.Join(failMessages(res, policies.VerdictError), "; "))
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonCompliant
+		c.Status, c.Reason = metav1.ConditionTrue, qnv1alpha1.ReasonCompliant
 		c.Message = "complies with " + judged + note
 	}
 	if len(c.Message) > maxConditionMessage {

@@ -250,8 +250,8 @@ func (a *auditHarness) waitCompliance(t testing.TB, key client.ObjectKey, status
 // report reads the namespace's PolicyReport.
 func (a *auditHarness) report(ns string) (*unstructured.Unstructured, error) {
 	r := &unstructured.Unstructured{}
-	r.SetGroupVersionKind(PolicyReportGVK)
-	err := a.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: ReportName}, r)
+	r.SetGroupVersionKind(policyReportGVK)
+	err := a.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: reportName}, r)
 	return r, err
 }
 
@@ -317,7 +317,7 @@ func TestEnvtestTheAuditFollowsThePolicyDirectory(t *testing.T) {
 	amd := a.createNode(t, ns, "amd", qnv1alpha1.ArchAMD64)
 	oldRevision := a.engine.Current().Revision
 	for _, qn := range []*qnv1alpha1.QuantumNode{arm, amd} {
-		c := a.waitCompliance(t, client.ObjectKeyFromObject(qn), metav1.ConditionTrue, ReasonCompliant)
+		c := a.waitCompliance(t, client.ObjectKeyFromObject(qn), metav1.ConditionTrue, qnv1alpha1.ReasonCompliant)
 		if !strings.Contains(c.Message, "1 rules that read the requester are judged only at admission") {
 			t.Errorf("the message does not say the requester rule was skipped: %s", c.Message)
 		}
@@ -334,11 +334,11 @@ func TestEnvtestTheAuditFollowsThePolicyDirectory(t *testing.T) {
 		}
 		return nil
 	})
-	c := a.waitCompliance(t, client.ObjectKeyFromObject(amd), metav1.ConditionFalse, ReasonPolicyViolation)
+	c := a.waitCompliance(t, client.ObjectKeyFromObject(amd), metav1.ConditionFalse, qnv1alpha1.ReasonPolicyViolation)
 	if !strings.Contains(c.Message, "[t.arch] arch amd64 is retired") {
 		t.Errorf("the message does not name the violation: %s", c.Message)
 	}
-	a.waitCompliance(t, client.ObjectKeyFromObject(arm), metav1.ConditionTrue, ReasonCompliant)
+	a.waitCompliance(t, client.ObjectKeyFromObject(arm), metav1.ConditionTrue, qnv1alpha1.ReasonCompliant)
 	a.waitReport(t, ns, []string{"amd:t.arch.deny"}, 2)
 	eventually(t, "a Warning event says why amd turned non-compliant", func() error {
 		events := &eventsv1.EventList{}
@@ -346,7 +346,7 @@ func TestEnvtestTheAuditFollowsThePolicyDirectory(t *testing.T) {
 			return err
 		}
 		for _, e := range events.Items {
-			if e.Regarding.Name == "amd" && e.Type == "Warning" && e.Reason == ReasonPolicyViolation && strings.Contains(e.Note, "arch amd64 is retired") {
+			if e.Regarding.Name == "amd" && e.Type == "Warning" && e.Reason == qnv1alpha1.ReasonPolicyViolation && strings.Contains(e.Note, "arch amd64 is retired") {
 				return nil
 			}
 		}
@@ -363,7 +363,7 @@ func TestEnvtestTheAuditFollowsThePolicyDirectory(t *testing.T) {
 
 	// Fixed: compliant again, and the report fails nobody.
 	h.update(t, amd, func() { amd.Spec.Hardware.Arch = qnv1alpha1.ArchARM64 })
-	a.waitCompliance(t, client.ObjectKeyFromObject(amd), metav1.ConditionTrue, ReasonCompliant)
+	a.waitCompliance(t, client.ObjectKeyFromObject(amd), metav1.ConditionTrue, qnv1alpha1.ReasonCompliant)
 	a.waitReport(t, ns, nil, 2)
 
 	// The last node gone, the report goes too.
@@ -403,7 +403,7 @@ func TestEnvtestABurstOfSpecUpdatesSettlesInOneStatusWrite(t *testing.T) {
 	ns := h.namespace(t)
 	qn := a.createNode(t, ns, "burst", qnv1alpha1.ArchARM64)
 	key := client.ObjectKeyFromObject(qn)
-	a.waitCompliance(t, key, metav1.ConditionTrue, ReasonCompliant)
+	a.waitCompliance(t, key, metav1.ConditionTrue, qnv1alpha1.ReasonCompliant)
 	// The first status has settled once its conditions are a window old.
 	eventually(t, "the first status settles", func() error {
 		got, _, err := a.compliance(key)
@@ -499,7 +499,7 @@ func benchmarkPolicyChange(b *testing.B, h *harness, nodes int, cfg auditConfig)
 				return err
 			}
 			wantFail := 0
-			if reason == ReasonPolicyViolation {
+			if reason == qnv1alpha1.ReasonPolicyViolation {
 				wantFail = nodes
 			}
 			if f := summaryOf(r, "fail"); f != int64(wantFail) {
@@ -509,15 +509,15 @@ func benchmarkPolicyChange(b *testing.B, h *harness, nodes int, cfg auditConfig)
 		})
 	}
 	created := time.Now()
-	wantAll(ReasonCompliant)
+	wantAll(qnv1alpha1.ReasonCompliant)
 	b.Logf("the first audit of %d new nodes (status, Service, report) settled %.1fs after the last was created", nodes, time.Since(created).Seconds())
 	b.ResetTimer()
 	var requests, writes int64
 	var elapsed time.Duration
 	for i := range b.N {
-		retire, reason := []string{"arm64"}, ReasonPolicyViolation
+		retire, reason := []string{"arm64"}, qnv1alpha1.ReasonPolicyViolation
 		if i%2 == 1 {
-			retire, reason = nil, ReasonCompliant
+			retire, reason = nil, qnv1alpha1.ReasonCompliant
 		}
 		r0, w0 := a.requests.total.Load(), a.requests.writes.Load()
 		start := time.Now()

@@ -85,7 +85,7 @@ func (c *verdictCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("list QuantumNodes from the cache: %w", err))
 		return
 	}
-	counts := map[string]int{ReasonCompliant: 0, ReasonPolicyViolation: 0, ReasonPolicyError: 0, ReasonExempt: 0, phaseNone: 0}
+	counts := map[string]int{qnv1alpha1.ReasonCompliant: 0, qnv1alpha1.ReasonPolicyViolation: 0, qnv1alpha1.ReasonPolicyError: 0, qnv1alpha1.ReasonExempt: 0, phaseNone: 0}
 	for i := range list.Items {
 		verdict := phaseNone
 		if cond := findCondition(list.Items[i].Status.Conditions, qnv1alpha1.ConditionPolicyCompliant); cond != nil {

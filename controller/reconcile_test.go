@@ -51,7 +51,7 @@ func TestEnvtestANewQuantumNodeGetsAnOwnedServiceAndWaitsForItsNode(t *testing.T
 		t.Errorf("blockOwnerDeletion is not set: foreground deletion of the QuantumNode would not wait for its Service")
 	}
 
-	got := h.waitForPhase(t, key, qnv1alpha1.PhasePending, ReasonNodeNotFound)
+	got := h.waitForPhase(t, key, qnv1alpha1.PhasePending, qnv1alpha1.ReasonNodeNotFound)
 	if got.Status.ObservedGeneration != got.Generation {
 		t.Errorf("observedGeneration = %d, want %d", got.Status.ObservedGeneration, got.Generation)
 	}
@@ -70,10 +70,10 @@ func TestEnvtestAMatchingReadyNodeMakesItReadyAndANotReadyNodeTakesItBack(t *tes
 	worker := nodeName(t, "worker")
 	qn := h.createQuantumNode(t, ns, "edge-1", func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = worker })
 	key := client.ObjectKeyFromObject(qn)
-	h.waitForPhase(t, key, qnv1alpha1.PhasePending, ReasonNodeNotFound)
+	h.waitForPhase(t, key, qnv1alpha1.PhasePending, qnv1alpha1.ReasonNodeNotFound)
 
 	h.createNode(t, worker, "arm64", true, nil)
-	ready := h.waitForPhase(t, key, qnv1alpha1.PhaseReady, ReasonAllChecksPassed)
+	ready := h.waitForPhase(t, key, qnv1alpha1.PhaseReady, qnv1alpha1.ReasonAllChecksPassed)
 	for _, c := range ready.Status.Conditions {
 		if c.Status != metav1.ConditionTrue {
 			t.Errorf("%s = %s (%s), want every condition True when Ready", c.Type, c.Status, c.Message)
@@ -90,7 +90,7 @@ func TestEnvtestAMatchingReadyNodeMakesItReadyAndANotReadyNodeTakesItBack(t *tes
 	matchedSince := meta.FindStatusCondition(ready.Status.Conditions, qnv1alpha1.ConditionNodeMatched).LastTransitionTime
 
 	h.updateNode(t, worker, func(n *corev1.Node) { setReady(n, false) })
-	down := h.waitForPhase(t, key, qnv1alpha1.PhaseProgressing, ReasonNodeNotReady)
+	down := h.waitForPhase(t, key, qnv1alpha1.PhaseProgressing, qnv1alpha1.ReasonNodeNotReady)
 	c := meta.FindStatusCondition(down.Status.Conditions, qnv1alpha1.ConditionReady)
 	if want := fmt.Sprintf("node %s is not Ready (KubeletNotReady: container runtime is down)", worker); c.Status != metav1.ConditionFalse || c.Message != want {
 		t.Errorf("Ready = %s %q, want False %q", c.Status, c.Message, want)
@@ -101,7 +101,7 @@ func TestEnvtestAMatchingReadyNodeMakesItReadyAndANotReadyNodeTakesItBack(t *tes
 	}
 
 	h.updateNode(t, worker, func(n *corev1.Node) { setReady(n, true) })
-	h.waitForPhase(t, key, qnv1alpha1.PhaseReady, ReasonAllChecksPassed)
+	h.waitForPhase(t, key, qnv1alpha1.PhaseReady, qnv1alpha1.ReasonAllChecksPassed)
 }
 
 func TestEnvtestANodeOfAnotherArchitectureFailsItUntilTheSpecAgrees(t *testing.T) {
@@ -113,22 +113,22 @@ func TestEnvtestANodeOfAnotherArchitectureFailsItUntilTheSpecAgrees(t *testing.T
 	qn := h.createQuantumNode(t, ns, "edge-1", func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = edge })
 	key := client.ObjectKeyFromObject(qn)
 
-	failed := h.waitForPhase(t, key, qnv1alpha1.PhaseFailed, ReasonArchMismatch)
+	failed := h.waitForPhase(t, key, qnv1alpha1.PhaseFailed, qnv1alpha1.ReasonArchMismatch)
 	c := meta.FindStatusCondition(failed.Status.Conditions, qnv1alpha1.ConditionNodeMatched)
-	if want := fmt.Sprintf("node %s is amd64, spec asks arm64", edge); c.Reason != ReasonArchMismatch || c.Message != want {
-		t.Errorf("NodeMatched = %s %q, want %s %q", c.Reason, c.Message, ReasonArchMismatch, want)
+	if want := fmt.Sprintf("node %s is amd64, spec asks arm64", edge); c.Reason != qnv1alpha1.ReasonArchMismatch || c.Message != want {
+		t.Errorf("NodeMatched = %s %q, want %s %q", c.Reason, c.Message, qnv1alpha1.ReasonArchMismatch, want)
 	}
 	eventually(t, "a Warning event says why it failed", func() error {
-		return h.hasEvent(qn, corev1.EventTypeWarning, ReasonArchMismatch)
+		return h.hasEvent(qn, corev1.EventTypeWarning, qnv1alpha1.ReasonArchMismatch)
 	})
 
 	h.update(t, qn, func() { qn.Spec.Hardware.Arch = qnv1alpha1.ArchAMD64 })
-	ready := h.waitForPhase(t, key, qnv1alpha1.PhaseReady, ReasonAllChecksPassed)
+	ready := h.waitForPhase(t, key, qnv1alpha1.PhaseReady, qnv1alpha1.ReasonAllChecksPassed)
 	if ready.Status.ObservedGeneration != 2 {
 		t.Errorf("observedGeneration = %d, want 2 after the spec change", ready.Status.ObservedGeneration)
 	}
 	eventually(t, "a Normal event records the way back", func() error {
-		return h.hasEvent(qn, corev1.EventTypeNormal, ReasonAllChecksPassed)
+		return h.hasEvent(qn, corev1.EventTypeNormal, qnv1alpha1.ReasonAllChecksPassed)
 	})
 }
 
@@ -141,18 +141,18 @@ func TestEnvtestTheQnDevNodeLabelMatchesWhenNodeNameIsEmpty(t *testing.T) {
 	name := nodeName(t, "qn")
 	qn := h.createQuantumNode(t, ns, name)
 	key := client.ObjectKeyFromObject(qn)
-	h.waitForPhase(t, key, qnv1alpha1.PhasePending, ReasonNodeNotFound)
+	h.waitForPhase(t, key, qnv1alpha1.PhasePending, qnv1alpha1.ReasonNodeNotFound)
 
 	worker := nodeName(t, "worker")
-	h.createNode(t, worker, "arm64", true, map[string]string{NodeLabel: name})
-	h.waitForPhase(t, key, qnv1alpha1.PhaseReady, ReasonAllChecksPassed)
+	h.createNode(t, worker, "arm64", true, map[string]string{qnv1alpha1.NodeLabel: name})
+	h.waitForPhase(t, key, qnv1alpha1.PhaseReady, qnv1alpha1.ReasonAllChecksPassed)
 
 	// Only the old Node carried the label: the handler must map the old
 	// object too for this QuantumNode to hear of it.
 	n := &corev1.Node{}
 	n.Name = worker
-	h.update(t, n, func() { delete(n.Labels, NodeLabel) })
-	h.waitForPhase(t, key, qnv1alpha1.PhasePending, ReasonNodeNotFound)
+	h.update(t, n, func() { delete(n.Labels, qnv1alpha1.NodeLabel) })
+	h.waitForPhase(t, key, qnv1alpha1.PhasePending, qnv1alpha1.ReasonNodeNotFound)
 }
 
 func TestEnvtestAHandEditedOrDeletedServiceIsRestored(t *testing.T) {
@@ -177,7 +177,7 @@ func TestEnvtestAHandEditedOrDeletedServiceIsRestored(t *testing.T) {
 		svc := &corev1.Service{}
 		svc.Namespace, svc.Name = ns, qn.Name
 		h.update(t, svc, func() { edit(svc) })
-		if ServiceMatches(qn, svc) {
+		if serviceMatches(qn, svc) {
 			t.Fatalf("%s: the edit left the Service in the declared shape; the test proves nothing", what)
 		}
 		h.waitForService(t, qn)
@@ -194,7 +194,7 @@ func TestEnvtestAHandEditedOrDeletedServiceIsRestored(t *testing.T) {
 		if svc.UID == first.UID {
 			return fmt.Errorf("still the deleted Service %s", svc.UID)
 		}
-		if !ServiceMatches(qn, svc) || !metav1.IsControlledBy(svc, qn) {
+		if !serviceMatches(qn, svc) || !metav1.IsControlledBy(svc, qn) {
 			return fmt.Errorf("recreated but not in shape or not owned: %+v", svc.Spec.Ports)
 		}
 		return nil
@@ -208,7 +208,7 @@ func TestEnvtestChangingSpecServicesUpdatesTheServiceAndObservedGeneration(t *te
 	qn := h.createQuantumNode(t, ns, "edge-1")
 	key := client.ObjectKeyFromObject(qn)
 	h.waitForService(t, qn)
-	h.waitForPhase(t, key, qnv1alpha1.PhasePending, ReasonNodeNotFound)
+	h.waitForPhase(t, key, qnv1alpha1.PhasePending, qnv1alpha1.ReasonNodeNotFound)
 
 	h.update(t, qn, func() {
 		qn.Spec.Services = []qnv1alpha1.Service{{Name: "grpc", Port: 9443}, {Name: "admin", Port: 7000}}
@@ -251,7 +251,7 @@ func TestEnvtestAServiceSomeoneElseOwnsIsLeftAloneAndItsDeletionHeard(t *testing
 	qn := h.createQuantumNode(t, ns, "edge-1")
 	key := client.ObjectKeyFromObject(qn)
 
-	h.waitForPhase(t, key, qnv1alpha1.PhaseFailed, ReasonServiceNotOwned)
+	h.waitForPhase(t, key, qnv1alpha1.PhaseFailed, qnv1alpha1.ReasonServiceNotOwned)
 	untouched := &corev1.Service{}
 	if err := h.client.Get(context.Background(), client.ObjectKeyFromObject(foreign), untouched); err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func TestEnvtestAServiceSomeoneElseOwnsIsLeftAloneAndItsDeletionHeard(t *testing
 		t.Fatal(err)
 	}
 	h.waitForService(t, qn)
-	h.waitForPhase(t, key, qnv1alpha1.PhasePending, ReasonNodeNotFound)
+	h.waitForPhase(t, key, qnv1alpha1.PhasePending, qnv1alpha1.ReasonNodeNotFound)
 }
 
 func TestEnvtestAReconcileWithNothingNewWritesNothing(t *testing.T) {
@@ -277,7 +277,7 @@ func TestEnvtestAReconcileWithNothingNewWritesNothing(t *testing.T) {
 	h.createNode(t, worker, "arm64", true, nil)
 	qn := h.createQuantumNode(t, ns, "edge-1", func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = worker })
 	key := client.ObjectKeyFromObject(qn)
-	settled := h.waitForPhase(t, key, qnv1alpha1.PhaseReady, ReasonAllChecksPassed)
+	settled := h.waitForPhase(t, key, qnv1alpha1.PhaseReady, qnv1alpha1.ReasonAllChecksPassed)
 	svc := h.waitForService(t, qn)
 
 	// The reconciler reads through the cache: let it catch up with what is
@@ -338,7 +338,7 @@ func (h *harness) waitForService(t *testing.T, qn *qnv1alpha1.QuantumNode) *core
 		if !metav1.IsControlledBy(svc, qn) {
 			return fmt.Errorf("not controlled by the QuantumNode: %+v", svc.OwnerReferences)
 		}
-		if !ServiceMatches(qn, svc) {
+		if !serviceMatches(qn, svc) {
 			return fmt.Errorf("type %s ports %+v labels %v", svc.Spec.Type, svc.Spec.Ports, svc.Labels)
 		}
 		return nil
@@ -380,8 +380,8 @@ func (h *harness) hasEvent(qn *qnv1alpha1.QuantumNode, eventType, reason string)
 	var seen []string
 	for _, e := range list.Items {
 		if e.Regarding.UID == qn.UID && e.Type == eventType && e.Reason == reason {
-			if e.ReportingController != ManagerName {
-				return fmt.Errorf("event %s reported by %q, want %q", e.Name, e.ReportingController, ManagerName)
+			if e.ReportingController != managerName {
+				return fmt.Errorf("event %s reported by %q, want %q", e.Name, e.ReportingController, managerName)
 			}
 			return nil
 		}

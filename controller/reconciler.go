@@ -31,19 +31,6 @@ import (
 	"github.com/quantumnode/qn-admission/policies"
 )
 
-// Event reasons besides the condition reasons, which phase-transition
-// events reuse.
-const (
-	// EventServiceCreated: the controller created the QuantumNode's Service.
-	EventServiceCreated = "ServiceCreated"
-	// EventServiceUpdated: the Service had drifted from spec.services (a
-	// spec change, or a hand edit) and was brought back.
-	EventServiceUpdated = "ServiceUpdated"
-	// EventAmbiguousNode: several Nodes carry the qn.dev/node label of one
-	// QuantumNode; the first by name is used.
-	EventAmbiguousNode = "AmbiguousNode"
-)
-
 // Reconciler makes a QuantumNode's Service match its spec and its status
 // match the facts. Build it with its fields and call SetupWithManager; zero
 // fields take their value from the manager. The RBAC markers
@@ -107,7 +94,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		r.Scheme = mgr.GetScheme()
 	}
 	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorder(ManagerName)
+		r.Recorder = mgr.GetEventRecorder(managerName)
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -201,7 +188,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	now := metav1.NewTime(r.Clock.Now())
-	status := ComputeStatus(qn, node, svc, now)
+	status := computeStatus(qn, node, svc, now)
 	if r.Policies != nil {
 		start := time.Now()
 		res, err := auditNode(ctx, r.Policies, qn)
@@ -209,7 +196,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 		r.metrics.audited(time.Since(start))
-		c := PolicyCompliantCondition(res, qn.Generation)
+		c := policyCompliantCondition(res, qn.Generation)
 		c.LastTransitionTime = now
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
@@ -225,7 +212,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// The optimistic lock makes a write based on a stale read fail instead of
 	// overwriting a newer status.
 	patch := client.MergeFromWithOptions(qn, client.MergeFromWithOptimisticLock{})
-	if err := r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(ManagerName)); err != nil {
+	if err := r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(managerName)); err != nil {
 		if apierrors.IsConflict(err) {
 			// A newer QuantumNode exists, so its update event is already
 			// queued and will reconcile again with fresh facts.
@@ -260,26 +247,26 @@ func (r *Reconciler) ensureService(ctx context.Context, qn *qnv1alpha1.QuantumNo
 		if err := controllerutil.SetControllerReference(qn, svc, r.Scheme); err != nil {
 			return nil, fmt.Errorf("own Service %s: %w", key, err)
 		}
-		if err := r.Client.Create(ctx, svc, client.FieldOwner(ManagerName)); err != nil {
+		if err := r.Client.Create(ctx, svc, client.FieldOwner(managerName)); err != nil {
 			// AlreadyExists means the cache lags behind; the retry sees it.
 			return nil, fmt.Errorf("create Service %s: %w", key, err)
 		}
-		r.Recorder.Eventf(qn, svc, corev1.EventTypeNormal, EventServiceCreated, "CreateService",
+		r.Recorder.Eventf(qn, svc, corev1.EventTypeNormal, qnv1alpha1.EventServiceCreated, "CreateService",
 			"created Service %s exposing %s", svc.Name, portList(qn))
 		return svc, nil
 	case err != nil:
 		return nil, fmt.Errorf("read Service %s: %w", key, err)
 	case !metav1.IsControlledBy(svc, qn):
 		return svc, nil
-	case ServiceMatches(qn, svc):
+	case serviceMatches(qn, svc):
 		return svc, nil
 	}
 	svc = svc.DeepCopy() // the cache's copy is shared
 	shapeService(qn, svc)
-	if err := r.Client.Update(ctx, svc, client.FieldOwner(ManagerName)); err != nil {
+	if err := r.Client.Update(ctx, svc, client.FieldOwner(managerName)); err != nil {
 		return nil, fmt.Errorf("restore Service %s to spec.services: %w", key, err)
 	}
-	r.Recorder.Eventf(qn, svc, corev1.EventTypeNormal, EventServiceUpdated, "UpdateService",
+	r.Recorder.Eventf(qn, svc, corev1.EventTypeNormal, qnv1alpha1.EventServiceUpdated, "UpdateService",
 		"brought Service %s back to %s", svc.Name, portList(qn))
 	return svc, nil
 }
@@ -299,8 +286,8 @@ func (r *Reconciler) findNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) (
 		return node, nil
 	}
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingLabels{NodeLabel: qn.Name}); err != nil {
-		return nil, fmt.Errorf("list Nodes labelled %s=%s: %w", NodeLabel, qn.Name, err)
+	if err := r.Client.List(ctx, nodes, client.MatchingLabels{qnv1alpha1.NodeLabel: qn.Name}); err != nil {
+		return nil, fmt.Errorf("list Nodes labelled %s=%s: %w", qnv1alpha1.NodeLabel, qn.Name, err)
 	}
 	switch len(nodes.Items) {
 	case 0:
@@ -315,9 +302,9 @@ func (r *Reconciler) findNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) (
 	for i := range nodes.Items {
 		names[i] = nodes.Items[i].Name
 	}
-	r.Recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventAmbiguousNode, "MatchNode",
+	r.Recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventAmbiguousNode, "MatchNode",
 		"Nodes %s all carry %s=%s; using %s. Label only one, or set spec.nodeName",
-		strings.Join(names, ", "), NodeLabel, qn.Name, names[0])
+		strings.Join(names, ", "), qnv1alpha1.NodeLabel, qn.Name, names[0])
 	return &nodes.Items[0], nil
 }
 

@@ -29,19 +29,19 @@ import (
 	"github.com/quantumnode/qn-admission/policies"
 )
 
-// PolicyReportGVK is the community report format (wg-policy-prototypes),
+// policyReportGVK is the community report format (wg-policy-prototypes),
 // which Kyverno, Kubewarden and policy-reporter read.
-var PolicyReportGVK = schema.GroupVersionKind{Group: "wgpolicyk8s.io", Version: "v1alpha2", Kind: "PolicyReport"}
+var policyReportGVK = schema.GroupVersionKind{Group: "wgpolicyk8s.io", Version: "v1alpha2", Kind: "PolicyReport"}
 
 // Names of the report objects.
 const (
-	// ReportName is the name of the PolicyReport in each namespace.
-	ReportName = "qn-admission-quantumnodes"
-	// ReportSource is the source of every result.
-	ReportSource = "qn-admission"
-	// AnnotationResultsOmitted counts results left out of a report that
+	// reportName is the name of the PolicyReport in each namespace.
+	reportName = "qn-admission-quantumnodes"
+	// reportSource is the source of every result.
+	reportSource = "qn-admission"
+	// annotationResultsOmitted counts results left out of a report that
 	// would be too large (the summary still counts them).
-	AnnotationResultsOmitted = "qn.dev/results-omitted"
+	annotationResultsOmitted = "qn.dev/results-omitted"
 	// maxReportResults keeps a report well under etcd's 1.5 MiB object
 	// limit (a result is a few hundred bytes).
 	maxReportResults = 2000
@@ -147,13 +147,13 @@ func (rr *reportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("list QuantumNodes in %s: %w", ns, err)
 	}
 	current := &unstructured.Unstructured{}
-	current.SetGroupVersionKind(PolicyReportGVK)
-	err := rr.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: ReportName}, current)
+	current.SetGroupVersionKind(policyReportGVK)
+	err := rr.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: reportName}, current)
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("read PolicyReport %s/%s: %w", ns, ReportName, err)
+		return ctrl.Result{}, fmt.Errorf("read PolicyReport %s/%s: %w", ns, reportName, err)
 	}
-	var nodes []AuditedNode
+	var nodes []auditedNode
 	present := map[types.UID]bool{}
 	for i := range list.Items {
 		qn := &list.Items[i]
@@ -165,21 +165,21 @@ func (rr *reportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 		present[qn.UID] = true
-		nodes = append(nodes, AuditedNode{Node: qn, Result: res})
+		nodes = append(nodes, auditedNode{Node: qn, Result: res})
 	}
 	rr.forget(ns, present)
 	if len(nodes) == 0 {
 		if exists {
 			if err := rr.client.Delete(ctx, current); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("delete PolicyReport %s/%s of a namespace without QuantumNodes: %w", ns, ReportName, err)
+				return ctrl.Result{}, fmt.Errorf("delete PolicyReport %s/%s of a namespace without QuantumNodes: %w", ns, reportName, err)
 			}
 		}
 		return ctrl.Result{}, nil
 	}
-	want := BuildPolicyReport(ns, nodes)
+	want := buildPolicyReport(ns, nodes)
 	if !exists {
-		if err := rr.client.Create(ctx, want, client.FieldOwner(ManagerName)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("create PolicyReport %s/%s: %w", ns, ReportName, err)
+		if err := rr.client.Create(ctx, want, client.FieldOwner(managerName)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("create PolicyReport %s/%s: %w", ns, reportName, err)
 		}
 		return ctrl.Result{}, nil
 	}
@@ -187,12 +187,12 @@ func (rr *reportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil
 	}
 	want.SetResourceVersion(current.GetResourceVersion())
-	if err := rr.client.Update(ctx, want, client.FieldOwner(ManagerName)); err != nil {
+	if err := rr.client.Update(ctx, want, client.FieldOwner(managerName)); err != nil {
 		if apierrors.IsConflict(err) {
 			// Someone wrote it since the read: rebuild from fresh facts.
 			return ctrl.Result{RequeueAfter: reportDelay}, nil
 		}
-		return ctrl.Result{}, fmt.Errorf("update PolicyReport %s/%s: %w", ns, ReportName, err)
+		return ctrl.Result{}, fmt.Errorf("update PolicyReport %s/%s: %w", ns, reportName, err)
 	}
 	return ctrl.Result{}, nil
 }
@@ -202,20 +202,20 @@ func (rr *reportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func reportEqual(a, b *unstructured.Unstructured) bool {
 	return equality.Semantic.DeepEqual(a.Object["results"], b.Object["results"]) &&
 		equality.Semantic.DeepEqual(a.Object["summary"], b.Object["summary"]) &&
-		a.GetLabels()[LabelManagedBy] == b.GetLabels()[LabelManagedBy] &&
-		a.GetAnnotations()[AnnotationResultsOmitted] == b.GetAnnotations()[AnnotationResultsOmitted]
+		a.GetLabels()[labelManagedBy] == b.GetLabels()[labelManagedBy] &&
+		a.GetAnnotations()[annotationResultsOmitted] == b.GetAnnotations()[annotationResultsOmitted]
 }
 
-// AuditedNode is a QuantumNode with its audit.
-type AuditedNode struct {
+// auditedNode is a QuantumNode with its audit.
+type auditedNode struct {
 	Node   *qnv1alpha1.QuantumNode
 	Result policies.AuditResult
 }
 
-// BuildPolicyReport is the report of a namespace: pure, so it is tested
+// buildPolicyReport is the report of a namespace: pure, so it is tested
 // without a cluster and compared with the stored one field by field.
-func BuildPolicyReport(ns string, nodes []AuditedNode) *unstructured.Unstructured {
-	slices.SortFunc(nodes, func(a, b AuditedNode) int { return cmp.Compare(a.Node.Name, b.Node.Name) })
+func buildPolicyReport(ns string, nodes []auditedNode) *unstructured.Unstructured {
+	slices.SortFunc(nodes, func(a, b auditedNode) int { return cmp.Compare(a.Node.Name, b.Node.Name) })
 	summary := map[string]int64{"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
 	var results []any
 	type skipKey struct{ pkg, rule string }
@@ -249,19 +249,19 @@ func BuildPolicyReport(ns string, nodes []AuditedNode) *unstructured.Unstructure
 	})
 	for _, k := range skipOrder {
 		results = append(results, map[string]any{
-			"policy": k.pkg, "rule": k.rule, "result": string(policies.VerdictSkip), "source": ReportSource, "scored": false,
+			"policy": k.pkg, "rule": k.rule, "result": string(policies.VerdictSkip), "source": reportSource, "scored": false,
 			"message":    fmt.Sprintf("%s (%d QuantumNodes)", strings.Join(skips[k].Messages, "; "), skipCount[k]),
 			"properties": map[string]any{"revision": revision},
 		})
 	}
 	report := &unstructured.Unstructured{Object: map[string]any{}}
-	report.SetGroupVersionKind(PolicyReportGVK)
+	report.SetGroupVersionKind(policyReportGVK)
 	report.SetNamespace(ns)
-	report.SetName(ReportName)
-	report.SetLabels(map[string]string{LabelManagedBy: ManagerName})
+	report.SetName(reportName)
+	report.SetLabels(map[string]string{labelManagedBy: managerName})
 	if omitted := len(results) - maxReportResults; omitted > 0 {
 		results = results[:maxReportResults]
-		report.SetAnnotations(map[string]string{AnnotationResultsOmitted: strconv.Itoa(omitted)})
+		report.SetAnnotations(map[string]string{annotationResultsOmitted: strconv.Itoa(omitted)})
 	}
 	if results == nil {
 		results = []any{}
@@ -275,7 +275,7 @@ func BuildPolicyReport(ns string, nodes []AuditedNode) *unstructured.Unstructure
 	return report
 }
 
-func nodeResult(n AuditedNode, rule *policies.RuleResult) map[string]any {
+func nodeResult(n auditedNode, rule *policies.RuleResult) map[string]any {
 	props := map[string]any{
 		"role": n.Result.Role, "revision": n.Result.Revision,
 		"generation": strconv.FormatInt(n.Node.Generation, 10),
@@ -289,7 +289,7 @@ func nodeResult(n AuditedNode, rule *policies.RuleResult) map[string]any {
 	}
 	return map[string]any{
 		"policy": rule.Package, "rule": rule.Rule, "result": string(rule.Verdict),
-		"message": strings.Join(rule.Messages, "; "), "source": ReportSource, "scored": true,
+		"message": strings.Join(rule.Messages, "; "), "source": reportSource, "scored": true,
 		"resources": []any{map[string]any{
 			"apiVersion": qnv1alpha1.GroupVersion.String(), "kind": qnv1alpha1.GroupVersionKind.Kind,
 			"namespace": n.Node.Namespace, "name": n.Node.Name, "uid": string(n.Node.UID),

@@ -14,8 +14,8 @@ import (
 	"github.com/quantumnode/qn-admission/policies"
 )
 
-func audited(name string, rules ...policies.RuleResult) AuditedNode {
-	return AuditedNode{
+func audited(name string, rules ...policies.RuleResult) auditedNode {
+	return auditedNode{
 		Node:   &qnv1alpha1.QuantumNode{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Generation: 2}},
 		Result: policies.AuditResult{Revision: "sha256:abc", Role: "default", Rules: rules},
 	}
@@ -27,12 +27,12 @@ func rule(pkg string, v policies.Verdict, msgs ...string) policies.RuleResult {
 
 func TestBuildPolicyReport(t *testing.T) {
 	skip := rule("p.requester", policies.VerdictSkip, "not judged in the background: r.rego:3 reads input.context.user")
-	report := BuildPolicyReport("ns", []AuditedNode{
+	report := buildPolicyReport("ns", []auditedNode{
 		audited("b", rule("p.arch", policies.VerdictFail, "arch is retired"), skip),
 		audited("a", rule("p.arch", policies.VerdictPass), skip),
 		audited("c", rule("p.arch", policies.VerdictWarn, "port 80"), rule("p.zone", policies.VerdictError, "timeout"), skip),
 	})
-	if report.GetName() != ReportName || report.GetNamespace() != "ns" || report.GroupVersionKind() != PolicyReportGVK {
+	if report.GetName() != reportName || report.GetNamespace() != "ns" || report.GroupVersionKind() != policyReportGVK {
 		t.Fatalf("report %s %s/%s", report.GroupVersionKind(), report.GetNamespace(), report.GetName())
 	}
 	items, _, _ := unstructured.NestedSlice(report.Object, "results")
@@ -64,17 +64,17 @@ func TestBuildPolicyReport(t *testing.T) {
 }
 
 func TestBuildPolicyReportStaysUnderTheObjectSizeLimit(t *testing.T) {
-	var nodes []AuditedNode
+	var nodes []auditedNode
 	for i := range maxReportResults + 10 {
 		nodes = append(nodes, audited(fmt.Sprintf("n-%05d", i), rule("p.arch", policies.VerdictFail, strings.Repeat("x", 100))))
 	}
-	report := BuildPolicyReport("ns", nodes)
+	report := buildPolicyReport("ns", nodes)
 	items, _, _ := unstructured.NestedSlice(report.Object, "results")
 	if len(items) != maxReportResults {
 		t.Errorf("%d results, want the cap %d", len(items), maxReportResults)
 	}
-	if got := report.GetAnnotations()[AnnotationResultsOmitted]; got != "10" {
-		t.Errorf("%s=%q, want 10", AnnotationResultsOmitted, got)
+	if got := report.GetAnnotations()[annotationResultsOmitted]; got != "10" {
+		t.Errorf("%s=%q, want 10", annotationResultsOmitted, got)
 	}
 	if f, _, _ := unstructured.NestedInt64(report.Object, "summary", "fail"); f != int64(len(nodes)) {
 		t.Errorf("summary.fail %d: the summary counts every result, listed or not", f)
@@ -97,27 +97,27 @@ func TestPolicyCompliantCondition(t *testing.T) {
 	}{
 		"every violation is named with its package and the revision": {
 			res:    policies.AuditResult{Revision: "r1", Role: "default", Rules: []policies.RuleResult{rule("p.a", policies.VerdictFail, "one", "two"), rule("p.b", policies.VerdictFail, "three")}},
-			status: metav1.ConditionFalse, reason: ReasonPolicyViolation,
+			status: metav1.ConditionFalse, reason: qnv1alpha1.ReasonPolicyViolation,
 			message: `violates policy revision r1, role "default": [p.a] one; [p.a] two; [p.b] three`,
 		},
 		"an evaluation error is not compliance": {
 			res:    policies.AuditResult{Revision: "r1", Role: "default", Rules: []policies.RuleResult{rule("p.a", policies.VerdictError, "timeout")}},
-			status: metav1.ConditionFalse, reason: ReasonPolicyError,
+			status: metav1.ConditionFalse, reason: qnv1alpha1.ReasonPolicyError,
 			message: `could not be judged by policy revision r1, role "default": [p.a] timeout`,
 		},
 		"skipped rules are said, not counted as passed": {
 			res:    policies.AuditResult{Revision: "r1", Role: "default", Rules: []policies.RuleResult{rule("p.a", policies.VerdictPass), rule("p.b", policies.VerdictSkip)}},
-			status: metav1.ConditionTrue, reason: ReasonCompliant,
+			status: metav1.ConditionTrue, reason: qnv1alpha1.ReasonCompliant,
 			message: `complies with policy revision r1, role "default" (1 rules that read the requester are judged only at admission)`,
 		},
 		"an exempt node is unknown": {
 			res:    policies.AuditResult{Revision: "r1", Exempt: "namespace kube-system"},
-			status: metav1.ConditionUnknown, reason: ReasonExempt,
+			status: metav1.ConditionUnknown, reason: qnv1alpha1.ReasonExempt,
 			message: "not judged: exempt by the role table (namespace kube-system), policy revision r1",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := PolicyCompliantCondition(tc.res, 7)
+			c := policyCompliantCondition(tc.res, 7)
 			if c.Status != tc.status || c.Reason != tc.reason || c.Message != tc.message || c.ObservedGeneration != 7 {
 				t.Errorf("got %s/%s gen %d: %s\nwant %s/%s: %s", c.Status, c.Reason, c.ObservedGeneration, c.Message, tc.status, tc.reason, tc.message)
 			}

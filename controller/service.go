@@ -18,13 +18,13 @@ import (
 // Labels the controller puts on the Services it creates, so that people and
 // tools can find them (kubectl get svc -l qn.dev/quantumnode=edge-1).
 const (
-	// LabelManagedBy names the controller that owns the Service.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// LabelQuantumNode names the QuantumNode the Service exposes.
-	LabelQuantumNode = "qn.dev/quantumnode"
-	// ManagerName is the value of LabelManagedBy, the events' reporting
+	// labelManagedBy names the controller that owns the Service.
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	// labelQuantumNode names the QuantumNode the Service exposes.
+	labelQuantumNode = "qn.dev/quantumnode"
+	// managerName is the value of labelManagedBy, the events' reporting
 	// controller and the field manager of every write.
-	ManagerName = "qn-controller"
+	managerName = "qn-controller"
 )
 
 // serviceProblem says why no Service can be made for qn, as a condition
@@ -35,7 +35,7 @@ const (
 // apiserver would refuse in a Service.
 func serviceProblem(qn *qnv1alpha1.QuantumNode) (reason, message string) {
 	if errs := validation.IsDNS1035Label(qn.Name); len(errs) > 0 {
-		return ReasonServiceNameInvalid, fmt.Sprintf("the name %q cannot name a Service: %s; rename the QuantumNode", qn.Name, strings.Join(errs, "; "))
+		return qnv1alpha1.ReasonServiceNameInvalid, fmt.Sprintf("the name %q cannot name a Service: %s; rename the QuantumNode", qn.Name, strings.Join(errs, "; "))
 	}
 	names := map[string]int{}
 	ports := map[int32]int{}
@@ -50,7 +50,7 @@ func serviceProblem(qn *qnv1alpha1.QuantumNode) (reason, message string) {
 		names[s.Name], ports[s.Port] = i, i
 	}
 	if len(clashes) > 0 {
-		return ReasonServicesClash, strings.Join(clashes, "; ") + "; each service needs its own name and port"
+		return qnv1alpha1.ReasonServicesClash, strings.Join(clashes, "; ") + "; each service needs its own name and port"
 	}
 	return "", ""
 }
@@ -75,15 +75,15 @@ func desiredPorts(qn *qnv1alpha1.QuantumNode) []corev1.ServicePort {
 // desiredLabels are the labels the controller owns on the Service; other
 // labels a person adds are left alone.
 func desiredLabels(qn *qnv1alpha1.QuantumNode) map[string]string {
-	return map[string]string{LabelManagedBy: ManagerName, LabelQuantumNode: qn.Name}
+	return map[string]string{labelManagedBy: managerName, labelQuantumNode: qn.Name}
 }
 
-// ServiceMatches reports whether svc has the declared shape: type ClusterIP,
+// serviceMatches reports whether svc has the declared shape: type ClusterIP,
 // exactly the declared ports (in any order) and the controller's labels.
 // Fields the controller does not declare (clusterIP, selector, annotations,
 // other labels) are not compared, so the API server's defaults and other
 // people's additions never cause a write.
-func ServiceMatches(qn *qnv1alpha1.QuantumNode, svc *corev1.Service) bool {
+func serviceMatches(qn *qnv1alpha1.QuantumNode, svc *corev1.Service) bool {
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP && svc.Spec.Type != "" {
 		return false
 	}

@@ -33,7 +33,7 @@ func TestServiceMatches(t *testing.T) {
 		}},
 		"a missing port does not match":             {change: func(s *corev1.Service) { s.Spec.Ports = s.Spec.Ports[1:] }},
 		"type NodePort does not match":              {change: func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort }},
-		"a removed managed-by label does not match": {change: func(s *corev1.Service) { delete(s.Labels, LabelManagedBy) }},
+		"a removed managed-by label does not match": {change: func(s *corev1.Service) { delete(s.Labels, labelManagedBy) }},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -41,12 +41,12 @@ func TestServiceMatches(t *testing.T) {
 			if tt.change != nil {
 				tt.change(svc)
 			}
-			if got := ServiceMatches(qn, svc); got != tt.want {
-				t.Errorf("ServiceMatches = %v, want %v for ports %+v", got, tt.want, svc.Spec.Ports)
+			if got := serviceMatches(qn, svc); got != tt.want {
+				t.Errorf("serviceMatches = %v, want %v for ports %+v", got, tt.want, svc.Spec.Ports)
 			}
 			if !tt.want {
 				shapeService(qn, svc)
-				if !ServiceMatches(qn, svc) {
+				if !serviceMatches(qn, svc) {
 					t.Errorf("shapeService did not bring the Service back: %+v", svc.Spec)
 				}
 			}
@@ -79,7 +79,7 @@ func TestShapeServiceKeepsWhatItDoesNotDeclare(t *testing.T) {
 	if svc.Spec.ClusterIP != "10.0.0.7" || svc.Spec.Selector["app"] != "edge" || svc.Labels["team"] != "edge" {
 		t.Errorf("fields the controller does not declare were changed: %+v %+v", svc.Labels, svc.Spec)
 	}
-	if svc.Labels[LabelManagedBy] != ManagerName || svc.Labels[LabelQuantumNode] != qn.Name {
+	if svc.Labels[labelManagedBy] != managerName || svc.Labels[labelQuantumNode] != qn.Name {
 		t.Errorf("labels = %v, want the controller's labels", svc.Labels)
 	}
 
@@ -97,20 +97,20 @@ func TestServiceProblem(t *testing.T) {
 	}{
 		"a DNS-1035 name and distinct services make a Service": {},
 		"a name with a dot cannot name a Service": {
-			change: func(q *qnv1alpha1.QuantumNode) { q.Name = "edge.1" }, wantReason: ReasonServiceNameInvalid,
+			change: func(q *qnv1alpha1.QuantumNode) { q.Name = "edge.1" }, wantReason: qnv1alpha1.ReasonServiceNameInvalid,
 		},
 		"a name starting with a digit cannot name a Service": {
-			change: func(q *qnv1alpha1.QuantumNode) { q.Name = "7-edge" }, wantReason: ReasonServiceNameInvalid,
+			change: func(q *qnv1alpha1.QuantumNode) { q.Name = "7-edge" }, wantReason: qnv1alpha1.ReasonServiceNameInvalid,
 		},
 		"a name of 64 characters cannot name a Service": {
 			change:     func(q *qnv1alpha1.QuantumNode) { q.Name = strings.Repeat("e", 64) },
-			wantReason: ReasonServiceNameInvalid,
+			wantReason: qnv1alpha1.ReasonServiceNameInvalid,
 		},
 		"two entries with one port clash": {
 			change: func(q *qnv1alpha1.QuantumNode) {
 				q.Spec.Services = []qnv1alpha1.Service{{Name: "a", Port: 1}, {Name: "b", Port: 1}}
 			},
-			wantReason: ReasonServicesClash,
+			wantReason: qnv1alpha1.ReasonServicesClash,
 		},
 	}
 	for name, tt := range tests {

@@ -93,95 +93,95 @@ func TestComputeStatus(t *testing.T) {
 		"a Ready Node of the declared architecture and the declared Service make it Ready": {
 			qn: quantumNode(), node: node(),
 			phase:   qnv1alpha1.PhaseReady,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, "node worker-3 is arm64, as the spec asks"},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, "Service edge-1 exposes grpc:9090, metrics:8080"},
-			ready:   wantCondition{metav1.ConditionTrue, ReasonAllChecksPassed, "node worker-3 is Ready and Service edge-1 exposes"},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, "node worker-3 is arm64, as the spec asks"},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, "Service edge-1 exposes grpc:9090, metrics:8080"},
+			ready:   wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonAllChecksPassed, "node worker-3 is Ready and Service edge-1 exposes"},
 		},
 		"no Node of spec.nodeName leaves it Pending with NodeNotFound": {
 			qn: quantumNode(), node: nil,
 			phase:   qnv1alpha1.PhasePending,
-			matched: wantCondition{metav1.ConditionFalse, ReasonNodeNotFound, "no Node named worker-3"},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeNotFound, "no Node named worker-3"},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotFound, "no Node named worker-3"},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotFound, "no Node named worker-3"},
 		},
 		"without spec.nodeName the message says which label to put on a Node": {
 			qn: quantumNode(func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = "" }), node: nil,
 			phase:   qnv1alpha1.PhasePending,
-			matched: wantCondition{metav1.ConditionFalse, ReasonNodeNotFound, "no Node has label qn.dev/node=edge-1; set spec.nodeName or label the Node"},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeNotFound, "qn.dev/node=edge-1"},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotFound, "no Node has label qn.dev/node=edge-1; set spec.nodeName or label the Node"},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotFound, "qn.dev/node=edge-1"},
 		},
 		"a Node of another architecture fails it with ArchMismatch naming both": {
 			qn: quantumNode(), node: node(func(n *corev1.Node) { n.Name = "edge-7"; n.Status.NodeInfo.Architecture = "amd64" }),
 			phase:   qnv1alpha1.PhaseFailed,
-			matched: wantCondition{metav1.ConditionFalse, ReasonArchMismatch, "node edge-7 is amd64, spec asks arm64"},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonArchMismatch, "node edge-7 is amd64, spec asks arm64"},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonArchMismatch, "node edge-7 is amd64, spec asks arm64"},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonArchMismatch, "node edge-7 is amd64, spec asks arm64"},
 		},
 		"a Node of another architecture fails it even when it is NotReady": {
 			qn: quantumNode(), node: node(notReady("KubeletNotReady", "PLEG is not healthy"), func(n *corev1.Node) { n.Status.NodeInfo.Architecture = "amd64" }),
 			phase:   qnv1alpha1.PhaseFailed,
-			matched: wantCondition{metav1.ConditionFalse, ReasonArchMismatch, ""},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonArchMismatch, ""},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonArchMismatch, ""},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonArchMismatch, ""},
 		},
 		"a Node that has not reported its architecture keeps it Progressing": {
 			qn: quantumNode(), node: node(func(n *corev1.Node) { n.Status.NodeInfo.Architecture = "" }),
 			phase:   qnv1alpha1.PhaseProgressing,
-			matched: wantCondition{metav1.ConditionFalse, ReasonNodeArchUnknown, "node worker-3 has not reported its architecture yet, spec asks arm64"},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeArchUnknown, ""},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeArchUnknown, "node worker-3 has not reported its architecture yet, spec asks arm64"},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeArchUnknown, ""},
 		},
 		"a NotReady Node keeps it Progressing and passes on the kubelet's words": {
 			qn: quantumNode(), node: node(notReady("KubeletNotReady", "container runtime is down")),
 			phase:   qnv1alpha1.PhaseProgressing,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeNotReady, "node worker-3 is not Ready (KubeletNotReady: container runtime is down)"},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotReady, "node worker-3 is not Ready (KubeletNotReady: container runtime is down)"},
 		},
 		"a Node whose Ready condition is Unknown is not Ready": {
 			qn: quantumNode(), node: node(func(n *corev1.Node) {
 				n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}
 			}),
 			phase:   qnv1alpha1.PhaseProgressing,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeNotReady, "node worker-3 is not Ready (Ready is Unknown)"},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotReady, "node worker-3 is not Ready (Ready is Unknown)"},
 		},
 		"a Node without a Ready condition is not Ready": {
 			qn: quantumNode(), node: node(func(n *corev1.Node) { n.Status.Conditions = nil }),
 			phase:   qnv1alpha1.PhaseProgressing,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionTrue, ReasonServiceExposed, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeNotReady, "it reports no Ready condition"},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonServiceExposed, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotReady, "it reports no Ready condition"},
 		},
 		"a missing Service keeps it Progressing with ServiceMissing": {
 			qn: quantumNode(), node: node(), noSvc: true,
 			phase:   qnv1alpha1.PhaseProgressing,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceMissing, "Service edge-1 does not exist yet"},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonServiceMissing, ""},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceMissing, "Service edge-1 does not exist yet"},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceMissing, ""},
 		},
 		"a Service missing a declared port keeps it Progressing with ServiceOutOfDate": {
 			qn: quantumNode(), node: node(), svc: func(s *corev1.Service) { s.Spec.Ports = s.Spec.Ports[:1] },
 			phase:   qnv1alpha1.PhaseProgressing,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceOutOfDate, "Service edge-1 does not expose grpc:9090, metrics:8080 yet"},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonServiceOutOfDate, ""},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceOutOfDate, "Service edge-1 does not expose grpc:9090, metrics:8080 yet"},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceOutOfDate, ""},
 		},
 		"a Service of that name controlled by someone else fails it with ServiceNotOwned": {
 			qn: quantumNode(), node: node(), svc: func(s *corev1.Service) { s.OwnerReferences = nil },
 			phase:   qnv1alpha1.PhaseFailed,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceNotOwned, "not controlled by this QuantumNode; delete or rename it"},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonServiceNotOwned, ""},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceNotOwned, "not controlled by this QuantumNode; delete or rename it"},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceNotOwned, ""},
 		},
 		"a name that cannot name a Service fails it with ServiceNameInvalid": {
 			qn: quantumNode(func(q *qnv1alpha1.QuantumNode) { q.Name = "edge.1" }), node: node(), noSvc: true,
 			phase:   qnv1alpha1.PhaseFailed,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceNameInvalid, `the name "edge.1" cannot name a Service`},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonServiceNameInvalid, "rename the QuantumNode"},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceNameInvalid, `the name "edge.1" cannot name a Service`},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceNameInvalid, "rename the QuantumNode"},
 		},
 		"two services sharing a port fail it with ServicesClash naming both entries": {
 			qn: quantumNode(func(q *qnv1alpha1.QuantumNode) {
@@ -189,9 +189,9 @@ func TestComputeStatus(t *testing.T) {
 			}),
 			node: node(), noSvc: true,
 			phase:   qnv1alpha1.PhaseFailed,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServicesClash, "spec.services[0] and [2] both use port 8080"},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonServicesClash, "each service needs its own name and port"},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServicesClash, "spec.services[0] and [2] both use port 8080"},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServicesClash, "each service needs its own name and port"},
 		},
 		"two services sharing a name fail it with ServicesClash": {
 			qn: quantumNode(func(q *qnv1alpha1.QuantumNode) {
@@ -199,30 +199,30 @@ func TestComputeStatus(t *testing.T) {
 			}),
 			node: node(), noSvc: true,
 			phase:   qnv1alpha1.PhaseFailed,
-			matched: wantCondition{metav1.ConditionTrue, ReasonNodeFound, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServicesClash, "spec.services[1] and [2] are both named grpc"},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonServicesClash, ""},
+			matched: wantCondition{metav1.ConditionTrue, qnv1alpha1.ReasonNodeFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServicesClash, "spec.services[1] and [2] are both named grpc"},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServicesClash, ""},
 		},
 		"an architecture mismatch is named before a missing Node would be and before a missing Service": {
 			qn: quantumNode(), node: node(func(n *corev1.Node) { n.Status.NodeInfo.Architecture = "amd64" }), noSvc: true,
 			phase:   qnv1alpha1.PhaseFailed,
-			matched: wantCondition{metav1.ConditionFalse, ReasonArchMismatch, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceMissing, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonArchMismatch, ""},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonArchMismatch, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceMissing, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonArchMismatch, ""},
 		},
 		"a missing Node is named before a missing Service": {
 			qn: quantumNode(), node: nil, noSvc: true,
 			phase:   qnv1alpha1.PhasePending,
-			matched: wantCondition{metav1.ConditionFalse, ReasonNodeNotFound, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceMissing, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeNotFound, ""},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotFound, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceMissing, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeNotFound, ""},
 		},
 		"an unready arch-unknown Node is named before a missing Service": {
 			qn: quantumNode(), node: node(notReady("KubeletNotReady", ""), func(n *corev1.Node) { n.Status.NodeInfo.Architecture = "" }), noSvc: true,
 			phase:   qnv1alpha1.PhaseProgressing,
-			matched: wantCondition{metav1.ConditionFalse, ReasonNodeArchUnknown, ""},
-			exposed: wantCondition{metav1.ConditionFalse, ReasonServiceMissing, ""},
-			ready:   wantCondition{metav1.ConditionFalse, ReasonNodeArchUnknown, ""},
+			matched: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeArchUnknown, ""},
+			exposed: wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonServiceMissing, ""},
+			ready:   wantCondition{metav1.ConditionFalse, qnv1alpha1.ReasonNodeArchUnknown, ""},
 		},
 	}
 	for name, tt := range tests {
@@ -234,7 +234,7 @@ func TestComputeStatus(t *testing.T) {
 					tt.svc(svc)
 				}
 			}
-			got := ComputeStatus(tt.qn, tt.node, svc, now)
+			got := computeStatus(tt.qn, tt.node, svc, now)
 			if got.Phase != tt.phase {
 				t.Errorf("phase = %s, want %s", got.Phase, tt.phase)
 			}
@@ -272,10 +272,10 @@ func checkCondition(t *testing.T, status qnv1alpha1.QuantumNodeStatus, typ strin
 	}
 }
 
-// withStatus returns qn carrying the status ComputeStatus gave it at time at.
+// withStatus returns qn carrying the status computeStatus gave it at time at.
 func withStatus(qn *qnv1alpha1.QuantumNode, node *corev1.Node, svc *corev1.Service, at metav1.Time) *qnv1alpha1.QuantumNode {
 	qn = qn.DeepCopy()
-	qn.Status = ComputeStatus(qn, node, svc, at)
+	qn.Status = computeStatus(qn, node, svc, at)
 	return qn
 }
 
@@ -285,13 +285,13 @@ func TestComputeStatusOverTime(t *testing.T) {
 
 	tests := map[string]func(t *testing.T){
 		"the same facts give the same status, so the reconciler writes nothing": func(t *testing.T) {
-			got := ComputeStatus(readyBefore, node(), service(readyBefore), now)
+			got := computeStatus(readyBefore, node(), service(readyBefore), now)
 			if !equality.Semantic.DeepEqual(got, readyBefore.Status) {
 				t.Errorf("status changed without a new fact:\n got %+v\nwant %+v", got, readyBefore.Status)
 			}
 		},
 		"an unchanged condition keeps its lastTransitionTime when another one flips": func(t *testing.T) {
-			got := ComputeStatus(readyBefore, node(notReady("KubeletNotReady", "")), service(readyBefore), now)
+			got := computeStatus(readyBefore, node(notReady("KubeletNotReady", "")), service(readyBefore), now)
 			if c := meta.FindStatusCondition(got.Conditions, qnv1alpha1.ConditionNodeMatched); !c.LastTransitionTime.Equal(&earlier) {
 				t.Errorf("NodeMatched lastTransitionTime = %v, want it kept at %v", c.LastTransitionTime, earlier)
 			}
@@ -302,7 +302,7 @@ func TestComputeStatusOverTime(t *testing.T) {
 		"a new message with the same status keeps lastTransitionTime": func(t *testing.T) {
 			pending := withStatus(ready, nil, service(ready), earlier)
 			pending.Spec.NodeName = "worker-4"
-			got := ComputeStatus(pending, nil, service(pending), now)
+			got := computeStatus(pending, nil, service(pending), now)
 			c := meta.FindStatusCondition(got.Conditions, qnv1alpha1.ConditionNodeMatched)
 			if c.Message != "no Node named worker-4" || !c.LastTransitionTime.Equal(&earlier) {
 				t.Errorf("NodeMatched = %q at %v, want the new message and the old time %v", c.Message, c.LastTransitionTime, earlier)
@@ -311,7 +311,7 @@ func TestComputeStatusOverTime(t *testing.T) {
 		"a new generation is observed by the status and every condition": func(t *testing.T) {
 			next := readyBefore.DeepCopy()
 			next.Generation++
-			got := ComputeStatus(next, node(), service(next), now)
+			got := computeStatus(next, node(), service(next), now)
 			if got.ObservedGeneration != next.Generation {
 				t.Errorf("observedGeneration = %d, want %d", got.ObservedGeneration, next.Generation)
 			}
@@ -329,16 +329,16 @@ func TestComputeStatusOverTime(t *testing.T) {
 			other.Status.Conditions = append(other.Status.Conditions, metav1.Condition{
 				Type: "Calibrated", Status: metav1.ConditionTrue, Reason: "Done", LastTransitionTime: earlier,
 			})
-			got := ComputeStatus(other, node(), service(other), now)
+			got := computeStatus(other, node(), service(other), now)
 			if meta.FindStatusCondition(got.Conditions, "Calibrated") == nil {
 				t.Errorf("the Calibrated condition was dropped: %+v", got.Conditions)
 			}
 		},
 		"the input QuantumNode is not changed": func(t *testing.T) {
 			in := readyBefore.DeepCopy()
-			_ = ComputeStatus(in, nil, nil, now)
+			_ = computeStatus(in, nil, nil, now)
 			if !equality.Semantic.DeepEqual(in, readyBefore) {
-				t.Errorf("ComputeStatus changed its input")
+				t.Errorf("computeStatus changed its input")
 			}
 		},
 	}

@@ -49,12 +49,12 @@ func (r *Reconciler) setupAudit(mgr ctrl.Manager) (source.Source, error) {
 	nodes := make(chan event.GenericEvent)
 	s := &sweeper{opts: o, engine: r.Policies, reader: mgr.GetCache(), nodes: nodes, metrics: r.metrics, logger: mgr.GetLogger().WithName("audit")}
 	if o.Reports {
-		_, err := mgr.GetRESTMapper().RESTMapping(PolicyReportGVK.GroupKind(), PolicyReportGVK.Version)
+		_, err := mgr.GetRESTMapper().RESTMapping(policyReportGVK.GroupKind(), policyReportGVK.Version)
 		switch {
 		case meta.IsNoMatchError(err):
-			s.logger.Info("the cluster does not serve " + PolicyReportGVK.GroupVersion().String() + " PolicyReport; no reports are written (install the CRD and restart)")
+			s.logger.Info("the cluster does not serve " + policyReportGVK.GroupVersion().String() + " PolicyReport; no reports are written (install the CRD and restart)")
 		case err != nil:
-			return nil, fmt.Errorf("look up %s: %w", PolicyReportGVK, err)
+			return nil, fmt.Errorf("look up %s: %w", policyReportGVK, err)
 		default:
 			namespaces := make(chan event.GenericEvent)
 			s.namespaces = namespaces

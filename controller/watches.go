@@ -39,7 +39,7 @@ func nodeKeyOf(obj client.Object) []string {
 // nodeKeys are the index keys a Node answers to.
 func nodeKeys(node client.Object) []string {
 	keys := []string{"name:" + node.GetName()}
-	if v := node.GetLabels()[NodeLabel]; v != "" {
+	if v := node.GetLabels()[qnv1alpha1.NodeLabel]; v != "" {
 		keys = append(keys, "label:"+v)
 	}
 	return keys

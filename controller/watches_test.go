@@ -21,13 +21,16 @@ func TestNodeKeysMeetTheIndex(t *testing.T) {
 			qn: quantumNode(), node: node(), meets: true,
 		},
 		"a Node labelled with a QuantumNode's name meets it when spec.nodeName is empty": {
-			qn:    quantumNode(func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = "" }),
-			node:  node(func(n *corev1.Node) { n.Name = "anything"; n.Labels = map[string]string{NodeLabel: "edge-1"} }),
+			qn: quantumNode(func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = "" }),
+			node: node(func(n *corev1.Node) {
+				n.Name = "anything"
+				n.Labels = map[string]string{qnv1alpha1.NodeLabel: "edge-1"}
+			}),
 			meets: true,
 		},
 		"the label does not count when spec.nodeName names another Node": {
 			qn:   quantumNode(func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = "worker-9" }),
-			node: node(func(n *corev1.Node) { n.Labels = map[string]string{NodeLabel: "edge-1"} }),
+			node: node(func(n *corev1.Node) { n.Labels = map[string]string{qnv1alpha1.NodeLabel: "edge-1"} }),
 		},
 		"a Node named like the QuantumNode but unlabelled does not meet it": {
 			qn:   quantumNode(func(q *qnv1alpha1.QuantumNode) { q.Spec.NodeName = "" }),
@@ -62,7 +65,7 @@ func TestNodeFactsChanged(t *testing.T) {
 		"a Ready flip passes":            {change: notReady("KubeletNotReady", ""), want: true},
 		"a new kubelet message passes":   {change: func(n *corev1.Node) { n.Status.Conditions[0].Message = "PLEG is healthy again" }, want: true},
 		"a new architecture passes":      {change: func(n *corev1.Node) { n.Status.NodeInfo.Architecture = "amd64" }, want: true},
-		"a new qn.dev/node label passes": {change: func(n *corev1.Node) { n.Labels = map[string]string{NodeLabel: "edge-2"} }, want: true},
+		"a new qn.dev/node label passes": {change: func(n *corev1.Node) { n.Labels = map[string]string{qnv1alpha1.NodeLabel: "edge-2"} }, want: true},
 	}
 	p := nodeFactsChanged()
 	for name, tt := range tests {

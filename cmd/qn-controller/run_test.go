@@ -208,7 +208,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 			return err
 		}
 		for _, e := range events.Items {
-			if e.Regarding.Name == qn.Name && e.Reason == controller.ReasonNodeNotFound {
+			if e.Regarding.Name == qn.Name && e.Reason == qnv1alpha1.ReasonNodeNotFound {
 				return nil
 			}
 		}
@@ -220,7 +220,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 			return err
 		}
 		for _, cond := range got.Status.Conditions {
-			if cond.Type == qnv1alpha1.ConditionPolicyCompliant && cond.Reason == controller.ReasonPolicyViolation &&
+			if cond.Type == qnv1alpha1.ConditionPolicyCompliant && cond.Reason == qnv1alpha1.ReasonPolicyViolation &&
 				strings.Contains(cond.Message, "every node fails this test policy") {
 				return nil
 			}
