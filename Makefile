@@ -20,9 +20,10 @@ run:
 run-controller:
 	$(GO) run -tags '$(BUILD_TAGS)' ./cmd/qn-controller
 
-## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver
+## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver (and a real Prometheus for the scaler)
 test: fmt-check vet staticcheck policy-test alerts-test fuzz-smoke
-	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -race -count=1 -timeout 25m ./...
+	@./hack/prometheus.sh >/dev/null
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" QN_PROMETHEUS="$$(./hack/prometheus.sh)" $(GO) test -race -count=1 -timeout 25m ./...
 
 ## alerts-test: the chart's alerts and dashboard checked with Prometheus' rule parser and query engine (test/alerts, a module of its own)
 .PHONY: alerts-test
@@ -84,6 +85,11 @@ rbac:
 ## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
 k8s-bins:
 	@K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh
+
+## prometheus: build (once, cached) the Prometheus server the scaler's tests query; prints its path (export it as QN_PROMETHEUS)
+.PHONY: prometheus
+prometheus:
+	@./hack/prometheus.sh
 
 build:
 	$(GO) build -tags '$(BUILD_TAGS)' -o $(BIN)/ ./cmd/...

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/internal/promreg"
 )
 
 // phaseNone labels QuantumNodes the controller has not written a status for
@@ -71,14 +71,5 @@ func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // registerReplacing registers c, replacing a collector of the same metric
-// left by an earlier manager in this process (tests run several): the
-// gauge then follows the newest manager's cache instead of failing setup.
-func registerReplacing(reg prometheus.Registerer, c prometheus.Collector) error {
-	err := reg.Register(c)
-	var already prometheus.AlreadyRegisteredError
-	if !errors.As(err, &already) {
-		return err
-	}
-	reg.Unregister(already.ExistingCollector)
-	return reg.Register(c)
-}
+// left by an earlier manager in this process (tests run several).
+var registerReplacing = promreg.RegisterReplacing

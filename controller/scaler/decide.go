@@ -60,10 +60,9 @@ type Limit string
 // The bounds a decision can meet, named as the HorizontalPodAutoscaler's
 // ScalingLimited reasons.
 const (
-	LimitNone        Limit = ""
-	LimitTooMany     Limit = "TooManyReplicas"
-	LimitTooFew      Limit = "TooFewReplicas"
-	limitWithinRange       = "DesiredWithinRange"
+	LimitNone    Limit = ""
+	LimitTooMany Limit = qnv1alpha1.ScalerReasonTooManyReplicas
+	LimitTooFew  Limit = qnv1alpha1.ScalerReasonTooFewReplicas
 )
 
 // Memory is the part of the status a decision changes: what the next
@@ -169,7 +168,7 @@ func Decide(in Input) Decision {
 	}
 	if in.Paused {
 		d := hold(fmt.Sprintf("paused by annotation (%s or %s): the target keeps %d replicas", qnv1alpha1.PausedAnnotation, qnv1alpha1.KEDAPausedAnnotation, cur))
-		d.Action, d.Disabled = qnv1alpha1.ActionNone, "Paused"
+		d.Action, d.Disabled = qnv1alpha1.ActionNone, qnv1alpha1.ScalerReasonPaused
 		return d
 	}
 
@@ -208,7 +207,7 @@ func Decide(in Input) Decision {
 
 	if cur == 0 {
 		d := hold("the target has 0 replicas: scaling is off, as for the HorizontalPodAutoscaler, until it has at least 1")
-		d.Action, d.Disabled = qnv1alpha1.ActionNone, "ScalingDisabled"
+		d.Action, d.Disabled = qnv1alpha1.ActionNone, qnv1alpha1.ScalerReasonScalingDisabled
 		d.Next.Stage, d.Observed.Stage = nil, nil
 		return d
 	}

@@ -245,7 +245,7 @@ func TestDecide(t *testing.T) {
 		// Pause and a target at zero.
 		"a paused scaler decides nothing and remembers nothing new": {
 			paused: true, replicas: 4, metric: Read(100), status: qnv1alpha1.HorizontalQNScalerStatus{MetricFailures: 2, BelowLowerSince: at(-3)},
-			want: want{action: qnv1alpha1.ActionNone, replicas: 4, disabled: "Paused", reason: "paused by annotation", next: func(t *testing.T, m Memory) {
+			want: want{action: qnv1alpha1.ActionNone, replicas: 4, disabled: qnv1alpha1.ScalerReasonPaused, reason: "paused by annotation", next: func(t *testing.T, m Memory) {
 				if m.MetricFailures != 2 || !m.BelowLowerSince.Equal(at(-3)) {
 					t.Errorf("memory changed while paused: %+v", m)
 				}

@@ -1,0 +1,505 @@
+package scaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/scale"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/config/crd"
+)
+
+// The control plane (a real kube-apiserver and etcd, and the real
+// kube-controller-manager running the Deployment and ReplicaSet
+// controllers), the shared Prometheus and one manager running the scaler
+// are shared by every envtest test of the package. Each test works in its
+// own namespace and scenario label. They start on first use, so the unit
+// tests of the package run without the binaries.
+var controlPlane struct {
+	once sync.Once
+	err  error
+	h    *harness
+	stop func()
+}
+
+type harness struct {
+	// client talks to the API server directly, never through a cache.
+	client     client.Client
+	reconciler *Reconciler
+	metrics    *prometheus.Registry
+	scales     *countingScales
+	prom       *promProcess
+	exporter   *exporter
+	cfg        *rest.Config
+	kubeconfig string
+}
+
+var namespaces atomic.Int32
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if controlPlane.stop != nil {
+		controlPlane.stop()
+	}
+	stopShared()
+	os.Exit(code)
+}
+
+// startControlPlane returns the shared harness, starting it on first use.
+func startControlPlane(t testing.TB) *harness {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is empty: these tests need a real kube-apiserver, etcd and kube-controller-manager. " +
+			"Run them with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
+	}
+	prom, exp := sharedPrometheus(t)
+	controlPlane.once.Do(func() {
+		controlPlane.h, controlPlane.stop, controlPlane.err = start(prom, exp)
+	})
+	if controlPlane.err != nil {
+		t.Fatalf("start the control plane: %v", controlPlane.err)
+	}
+	return controlPlane.h
+}
+
+func testScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, qnv1alpha1.AddToScheme(scheme)
+}
+
+func start(prom *promProcess, exp *exporter) (h *harness, stop func(), err error) {
+	began := time.Now()
+	scalers, err := crd.HorizontalQNScaler()
+	if err != nil {
+		return nil, nil, err
+	}
+	scheme, err := testScheme()
+	if err != nil {
+		return nil, nil, err
+	}
+	env := &envtest.Environment{
+		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{scalers},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", os.Getenv("KUBEBUILDER_ASSETS"), err)
+	}
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	stops = append(stops, func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "envtest: stop the control plane: %v\n", err)
+		}
+	})
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+
+	admin, err := env.AddUser(envtest.User{Name: "scaler-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "qn-scaler-envtest-")
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, func() { os.RemoveAll(dir) })
+	kubeconfigFile := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfigFile, kubeconfig, 0o600); err != nil {
+		return nil, nil, err
+	}
+	kcm, err := startControllerManager(kubeconfigFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, kcm.stop)
+
+	ctrl.SetLogger(testLogger())
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the manager: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h = &harness{metrics: prometheus.NewRegistry(), prom: prom, exporter: exp, cfg: cfg, kubeconfig: kubeconfigFile}
+	scales, kinds, err := ScalesFor(cfg, mgr.GetRESTMapper())
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	h.scales = &countingScales{ScalesGetter: scales, updates: map[string]int{}}
+	h.reconciler = &Reconciler{
+		Scales:                  h.scales,
+		ScaleKinds:              kinds,
+		Prometheus:              NewPrometheus(2*time.Second, 2),
+		DefaultServer:           prom.URL,
+		Metrics:                 h.metrics,
+		MaxConcurrentReconciles: 8,
+		StatusRefresh:           5 * time.Second,
+		BusyRetry:               100 * time.Millisecond,
+	}
+	if err := h.reconciler.SetupWithManager(ctx, mgr); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	if h.client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stops = append(stops, func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "envtest: the manager stopped with: %v\n", err)
+		}
+	})
+	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
+	defer syncCancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		return nil, nil, errors.New("the manager's cache did not sync within a minute")
+	}
+	fmt.Fprintf(os.Stderr, "envtest: control plane, kube-controller-manager, Prometheus and the scaler up in %s\n", time.Since(began).Round(time.Millisecond))
+	return h, stopAll, nil
+}
+
+// countingScales counts /scale writes per target, so a test can show that
+// none was sent (the API server keeps a no-op write invisible).
+type countingScales struct {
+	scale.ScalesGetter
+	mu      sync.Mutex
+	updates map[string]int
+}
+
+func (c *countingScales) Scales(namespace string) scale.ScaleInterface {
+	return countingScaleInterface{ScaleInterface: c.ScalesGetter.Scales(namespace), c: c, namespace: namespace}
+}
+
+// of returns how many writes the target ns/name has had.
+func (c *countingScales) of(namespace, name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.updates[namespace+"/"+name]
+}
+
+type countingScaleInterface struct {
+	scale.ScaleInterface
+	c         *countingScales
+	namespace string
+}
+
+func (i countingScaleInterface) Update(ctx context.Context, gr schema.GroupResource, s *autoscalingv1.Scale, opts metav1.UpdateOptions) (*autoscalingv1.Scale, error) {
+	i.c.mu.Lock()
+	i.c.updates[i.namespace+"/"+s.Name]++
+	i.c.mu.Unlock()
+	return i.ScaleInterface.Update(ctx, gr, s, opts)
+}
+
+// managedProcess is a child process whose output is kept for failures.
+type managedProcess struct {
+	cmd  *exec.Cmd
+	logs syncBuffer
+	done chan struct{}
+}
+
+func (p *managedProcess) stop() {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// startControllerManager runs the real kube-controller-manager with the
+// controllers a Deployment needs: the Deployment controller turns replicas
+// into a ReplicaSet's, the ReplicaSet controller into Pods (which stay
+// Pending: there is no scheduler), the service account controller makes
+// the namespace's default account the Pods need.
+func startControllerManager(kubeconfig string) (*managedProcess, error) {
+	p := &managedProcess{done: make(chan struct{})}
+	p.cmd = exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager"),
+		"--kubeconfig", kubeconfig,
+		"--authentication-kubeconfig", kubeconfig,
+		"--authorization-kubeconfig", kubeconfig,
+		"--controllers", "deployment-controller,replicaset-controller,serviceaccount-controller",
+		"--leader-elect=false",
+		"--secure-port=0",
+		"-v=1",
+	)
+	p.cmd.Stdout, p.cmd.Stderr = &p.logs, &p.logs
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start kube-controller-manager: %w", err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// namespace creates a fresh namespace for one test.
+func (h *harness) namespace(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("scaler-test-%d", namespaces.Add(1))
+	if err := h.client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	return name
+}
+
+// createDeploymentObject returns a Deployment of replicas Pods in ns, to
+// create.
+func (h *harness) createDeploymentObject(ns, name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+			},
+		},
+	}
+	return d
+}
+
+// scenario is one test's series and scaler.
+type scenario struct {
+	h    *harness
+	t    testing.TB
+	ns   string
+	name string
+}
+
+func (h *harness) scenario(t testing.TB) *scenario {
+	ns := h.namespace(t)
+	return &scenario{h: h, t: t, ns: ns, name: ns}
+}
+
+// query is the PromQL of this scenario's queue.
+func (s *scenario) query() string {
+	return fmt.Sprintf(`max(qn_test_queue_depth{scenario=%q})`, s.name)
+}
+
+func (s *scenario) errorQuery() string {
+	return fmt.Sprintf(`max(qn_test_error_ratio{scenario=%q})`, s.name)
+}
+
+// setQueue sets the queue the exporter reports and waits until
+// Prometheus has scraped it.
+func (s *scenario) setQueue(v float64) {
+	s.t.Helper()
+	s.h.exporter.queue.WithLabelValues(s.name).Set(v)
+	waitForValue(s.t, NewPrometheus(2*time.Second, 1), Server{URL: s.h.prom.URL}, s.query(), v)
+}
+
+func (s *scenario) setErrorRatio(v float64) {
+	s.t.Helper()
+	s.h.exporter.errorRatio.WithLabelValues(s.name).Set(v)
+	waitForValue(s.t, NewPrometheus(2*time.Second, 1), Server{URL: s.h.prom.URL}, s.errorQuery(), v)
+}
+
+// scaler returns a HorizontalQNScaler of the Deployment "web" on this
+// scenario's queue: 1..10 replicas, lower 5, upper 15, polled every
+// second; change adjusts it.
+func (s *scenario) scaler(change ...func(*qnv1alpha1.HorizontalQNScaler)) *qnv1alpha1.HorizontalQNScaler {
+	sc := &qnv1alpha1.HorizontalQNScaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
+		Spec: qnv1alpha1.HorizontalQNScalerSpec{
+			ScaleTargetRef:         qnv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
+			MinReplicas:            1,
+			MaxReplicas:            10,
+			QNMetric:               qnv1alpha1.QNMetric{Query: s.query()},
+			Thresholds:             qnv1alpha1.Thresholds{Upper: resource.MustParse("15"), Lower: resource.MustParse("5")},
+			PollingIntervalSeconds: 1,
+		},
+	}
+	for _, c := range change {
+		c(sc)
+	}
+	return sc
+}
+
+func (s *scenario) create(obj client.Object) {
+	s.t.Helper()
+	if err := s.h.client.Create(context.Background(), obj); err != nil {
+		s.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// replicas returns the Deployment's spec.replicas and its ReplicaSet's.
+func (s *scenario) replicas(name string) (deployment, replicaSet int32, err error) {
+	d := &appsv1.Deployment{}
+	if err := s.h.client.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, d); err != nil {
+		return 0, 0, err
+	}
+	sets := &appsv1.ReplicaSetList{}
+	if err := s.h.client.List(context.Background(), sets, client.InNamespace(s.ns), client.MatchingLabels{"app": name}); err != nil {
+		return 0, 0, err
+	}
+	var rs int32 = -1
+	for _, set := range sets.Items {
+		if set.Spec.Replicas != nil && metav1.IsControlledBy(&set, d) {
+			rs = *set.Spec.Replicas
+		}
+	}
+	return *d.Spec.Replicas, rs, nil
+}
+
+// waitForReplicas waits until the Deployment and its ReplicaSet (written
+// by the real Deployment controller) both have want replicas, and returns
+// when that was first seen.
+func (s *scenario) waitForReplicas(name string, want int32, within time.Duration) time.Time {
+	s.t.Helper()
+	eventuallyWithin(s.t, within, fmt.Sprintf("Deployment %s/%s and its ReplicaSet have %d replicas", s.ns, name, want), func() error {
+		d, rs, err := s.replicas(name)
+		if err != nil {
+			return err
+		}
+		if d != want || rs != want {
+			return fmt.Errorf("Deployment %d, ReplicaSet %d", d, rs)
+		}
+		return nil
+	})
+	return time.Now()
+}
+
+// get reads the stored scaler.
+func (s *scenario) get(name string) *qnv1alpha1.HorizontalQNScaler {
+	s.t.Helper()
+	sc := &qnv1alpha1.HorizontalQNScaler{}
+	if err := s.h.client.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, sc); err != nil {
+		s.t.Fatalf("get HorizontalQNScaler %s/%s: %v", s.ns, name, err)
+	}
+	return sc
+}
+
+// waitForCondition waits until the scaler's condition has status and
+// reason, and returns the scaler.
+func (s *scenario) waitForCondition(name, typ string, status metav1.ConditionStatus, reason string, within time.Duration) *qnv1alpha1.HorizontalQNScaler {
+	s.t.Helper()
+	var sc *qnv1alpha1.HorizontalQNScaler
+	eventuallyWithin(s.t, within, fmt.Sprintf("%s/%s has %s=%s (%s)", s.ns, name, typ, status, reason), func() error {
+		sc = &qnv1alpha1.HorizontalQNScaler{}
+		if err := s.h.client.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, sc); err != nil {
+			return err
+		}
+		for _, c := range sc.Status.Conditions {
+			if c.Type == typ {
+				if c.Status != status || c.Reason != reason {
+					return fmt.Errorf("%s=%s (%s): %s", typ, c.Status, c.Reason, c.Message)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s condition yet", typ)
+	})
+	return sc
+}
+
+// events returns the reasons and notes of the events on the scaler.
+func (s *scenario) events(name string) []string {
+	s.t.Helper()
+	list := &corev1.EventList{}
+	if err := s.h.client.List(context.Background(), list, client.InNamespace(s.ns)); err != nil {
+		s.t.Fatalf("list events: %v", err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == qnv1alpha1.ScalerKind && e.InvolvedObject.Name == name {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	return out
+}
+
+// update changes the stored object, retrying on conflicts.
+func (s *scenario) update(obj client.Object, change func()) {
+	s.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.h.client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change()
+		return s.h.client.Update(context.Background(), obj)
+	})
+	if err != nil {
+		s.t.Fatalf("update %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// eventuallyWithin polls check until it returns nil, or fails the test
+// with its last error.
+func eventuallyWithin(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not so after %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// testLogger sends controller logs to stderr only when QN_TEST_LOGS is set.
+func testLogger() logr.Logger {
+	if os.Getenv("QN_TEST_LOGS") == "" {
+		return logr.Discard()
+	}
+	return logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

@@ -1,0 +1,66 @@
+package scaler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/quantumnode/qn-admission/internal/promreg"
+)
+
+// metrics are qn-controller's series per HorizontalQNScaler, labelled by
+// namespace and name; a deleted scaler's series are removed.
+type metrics struct {
+	value           *prometheus.GaugeVec
+	desired         *prometheus.GaugeVec
+	maxReplicas     *prometheus.GaugeVec
+	metricAvailable *prometheus.GaugeVec
+	queryErrors     *prometheus.CounterVec
+	queryDuration   *prometheus.HistogramVec
+	scales          *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	scaler := []string{"namespace", "name"}
+	m := &metrics{
+		value: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qn_scaler_value", Help: "The last value a HorizontalQNScaler's query returned.",
+		}, scaler),
+		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qn_scaler_desired_replicas", Help: "The replicas a HorizontalQNScaler's rule asks for.",
+		}, scaler),
+		maxReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qn_scaler_max_replicas", Help: "A HorizontalQNScaler's spec.maxReplicas, for alerts on a scaler stuck at its maximum.",
+		}, scaler),
+		metricAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qn_scaler_metric_available", Help: "1 when a HorizontalQNScaler's last query returned a value, 0 when it failed.",
+		}, scaler),
+		queryErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_scaler_query_errors_total", Help: "Failed queries of a HorizontalQNScaler (its metric and its abort conditions), by reason.",
+		}, append(scaler, "reason")),
+		queryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "qn_scaler_query_duration_seconds", Help: "Time of a HorizontalQNScaler's instant queries, failed ones included.",
+			Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10},
+		}, scaler),
+		scales: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_scaler_scales_total", Help: "Writes of a HorizontalQNScaler to its target's /scale, by direction (up, down).",
+		}, append(scaler, "direction")),
+	}
+	for _, c := range []prometheus.Collector{m.value, m.desired, m.maxReplicas, m.metricAvailable, m.queryErrors, m.queryDuration, m.scales} {
+		if err := promreg.RegisterReplacing(reg, c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// forget removes a deleted scaler's series.
+func (m *metrics) forget(key types.NamespacedName) {
+	labels := prometheus.Labels{"namespace": key.Namespace, "name": key.Name}
+	m.value.Delete(labels)
+	m.desired.Delete(labels)
+	m.maxReplicas.Delete(labels)
+	m.metricAvailable.Delete(labels)
+	m.queryErrors.DeletePartialMatch(labels)
+	m.queryDuration.Delete(labels)
+	m.scales.DeletePartialMatch(labels)
+}
