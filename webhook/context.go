@@ -20,7 +20,8 @@ import (
 // request whose kind and resource disagree is refused instead of slipping
 // past policies keyed on either.
 var ownKinds = map[schema.GroupKind]string{
-	{Group: "qn.dev", Kind: "QuantumNode"}: "quantumnodes",
+	{Group: "qn.dev", Kind: "QuantumNode"}:        "quantumnodes",
+	{Group: "qn.dev", Kind: "HorizontalQNScaler"}: "horizontalqnscalers",
 }
 
 // extractContext turns an AdmissionRequest into the context the engine reads.

@@ -153,8 +153,12 @@ func (h *handler) acquire(ctx context.Context) (release func(), err *requestErro
 	}
 }
 
-// knownRoleOf reads the role table of an Engine's current policy set.
+// knownRoleOf reads the role table of an Engine's current policy set (the
+// default Decider of a ByKind).
 func knownRoleOf(d Decider) func(string) bool {
+	if b, ok := d.(ByKind); ok {
+		d = b.Default
+	}
 	engine, ok := d.(*policies.Engine)
 	if !ok {
 		return func(string) bool { return false }

@@ -127,6 +127,14 @@ func TestBadInputGetsAClearAnswer(t *testing.T) {
 			body: strings.Replace(reviewBody("CREATE", validObject), `"resource":"quantumnodes"`, `"resource":"configmaps"`, 1), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
 			wantMessage: "request.kind qn.dev/v1alpha1 QuantumNode does not match request.resource qn.dev/v1alpha1 configmaps",
 		},
+		"a QuantumNode kind on the horizontalqnscalers resource": {
+			body: strings.Replace(reviewBody("CREATE", validObject), `"resource":"quantumnodes"`, `"resource":"horizontalqnscalers"`, 1), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: "request.kind qn.dev/v1alpha1 QuantumNode does not match request.resource qn.dev/v1alpha1 horizontalqnscalers",
+		},
+		"a HorizontalQNScaler kind on the quantumnodes resource": {
+			body: strings.Replace(reviewBody("CREATE", validObject), `"kind":"QuantumNode"},`, `"kind":"HorizontalQNScaler"},`, 1), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
+			wantMessage: "request.kind qn.dev/v1alpha1 HorizontalQNScaler does not match request.resource qn.dev/v1alpha1 quantumnodes",
+		},
 		"an object that is not a JSON object": {
 			body: reviewBody("CREATE", `"edge-1"`), wantStatus: 200, wantCode: 400, wantUID: "7f0b2d1c-0001",
 			wantMessage: "request.object is not a JSON object",

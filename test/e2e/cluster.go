@@ -26,6 +26,9 @@ import (
 // QuantumNodes is the resource the suite creates.
 var QuantumNodes = schema.GroupVersionResource{Group: "qn.dev", Version: "v1alpha1", Resource: "quantumnodes"}
 
+// Scalers is the HorizontalQNScaler resource, whose queries qn-webhook parses.
+var Scalers = schema.GroupVersionResource{Group: "qn.dev", Version: "v1alpha1", Resource: "horizontalqnscalers"}
+
 // Cluster is a running kube-apiserver + etcd with the QuantumNode CRD.
 type Cluster struct {
 	Env        *envtest.Environment
@@ -82,9 +85,13 @@ func StartCluster() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	scalerCRD, err := crd.HorizontalQNScaler()
+	if err != nil {
+		return nil, err
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{qnCRD},
+		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{qnCRD, scalerCRD},
 		ErrorIfCRDPathMissing: true,
 	}
 	dir, err := os.MkdirTemp("", "qn-e2e-")

@@ -167,6 +167,7 @@ func Register(ctx context.Context, kube kubernetes.Interface, r Registration) er
 	equivalent := admissionregistrationv1.Equivalent
 	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
 	failurePolicy := r.FailurePolicy
+	ignore := admissionregistrationv1.Ignore
 	selector := r.NamespaceSelector
 	if selector == nil {
 		selector = &metav1.LabelSelector{}
@@ -188,6 +189,24 @@ func Register(ctx context.Context, kube kubernetes.Interface, r Registration) er
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &r.ValidateURL, CABundle: r.CABundle},
 			Rules:                   rules,
 			FailurePolicy:           &failurePolicy,
+			MatchPolicy:             &equivalent,
+			NamespaceSelector:       selector,
+			SideEffects:             &sideEffects,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}, {
+			// HorizontalQNScalers: their PromQL is parsed. Ignore on
+			// failure, as the chart does: the CRD's own rules hold without
+			// the webhook, and a scaler must stay pausable when it is down.
+			Name:         "validate-scalers." + r.Name + ".qn.dev",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &r.ValidateURL, CABundle: r.CABundle},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{Scalers.Group}, APIVersions: []string{Scalers.Version}, Resources: []string{Scalers.Resource},
+				},
+			}},
+			FailurePolicy:           &ignore,
 			MatchPolicy:             &equivalent,
 			NamespaceSelector:       selector,
 			SideEffects:             &sideEffects,

@@ -26,11 +26,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/scalerspec"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
@@ -194,7 +197,13 @@ func (p *Program) buildHandler(context.Context) error {
 		return err
 	}
 	p.closers = append(p.closers, closeDecisionLog)
-	p.Handler = webhook.NewHandler(p.Engine, webhook.HandlerOptions{
+	// QuantumNodes are judged by the policy engine; HorizontalQNScalers by
+	// the PromQL check of their queries (their webhook entry is separate,
+	// failurePolicy Ignore: the CRD's own rules hold without it).
+	deciders := webhook.ByKind{Default: p.Engine, Kinds: map[schema.GroupKind]webhook.Decider{
+		qnv1alpha1.ScalerGroupVersionKind.GroupKind(): scalerspec.Validator{},
+	}}
+	p.Handler = webhook.NewHandler(deciders, webhook.HandlerOptions{
 		MaxRequestBytes:      p.Options.MaxRequestBytes,
 		MaxRequestElements:   p.Options.MaxRequestElements,
 		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,
