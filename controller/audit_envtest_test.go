@@ -141,15 +141,19 @@ func (h *harness) startAudit(t testing.TB, c auditConfig) *auditHarness {
 	a := &auditHarness{harness: h, label: fmt.Sprintf("a%d", namespaces.Add(1)), dir: t.TempDir(), requests: &requestCounter{}, writes: &writeCounter{counts: map[string]int{}}}
 	writePolicies(t, a.dir, testPolicies(c.retired...))
 	ctx, cancel := context.WithCancel(context.Background())
-	reloader := policies.NewReloader(a.dir, policies.ReloaderOptions{Watch: dirwatch.Options{PollInterval: 100 * time.Millisecond, Debounce: 50 * time.Millisecond}})
-	set, err := reloader.Load(ctx)
+	source, err := policies.Open(policies.OpenOptions{Dir: a.dir, Watch: dirwatch.Options{PollInterval: 100 * time.Millisecond, Debounce: 50 * time.Millisecond}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	set, err := source.Load(ctx)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	a.engine = policies.NewEngine(set, policies.EngineOptions{})
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = reloader.Run(ctx, a.engine) })
+	wg.Go(func() { _ = source.Run(ctx, a.engine) })
 
 	cfg := rest.CopyConfig(h.cfg)
 	cfg.QPS, cfg.Burst = c.qps, c.burst

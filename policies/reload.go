@@ -3,6 +3,7 @@ package policies
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
@@ -13,21 +14,13 @@ import (
 	"github.com/quantumnode/qn-admission/internal/health"
 )
 
-// ReloaderOptions configure hot reload of a policy directory.
-type ReloaderOptions struct {
-	Load    LoadOptions
-	Watch   dirwatch.Options
-	Metrics *Metrics
-	Logger  *slog.Logger
-}
-
-// Reloader keeps an Engine serving the newest policy set of a directory
+// reloader keeps an Engine serving the newest policy set of a directory
 // that loads cleanly. A broken change (bad YAML, a Rego error, a failing Rego
 // test) keeps the last good set serving and is reported in the log, the
 // metrics and Status.
-type Reloader struct {
+type reloader struct {
 	dir     string
-	opts    ReloaderOptions
+	opts    OpenOptions
 	watcher *dirwatch.Watcher
 	engine  atomic.Pointer[Engine]
 
@@ -40,17 +33,17 @@ type Reloader struct {
 	failingSince time.Time
 }
 
-// NewReloader starts following dir. Create it before the first load
-// (Load): it notes the directory's content now, so a change that lands
+// newReloader starts following opts.Dir. It is created before the first
+// load (Load): it notes the directory's content now, so a change that lands
 // between the first load and Run is still reloaded.
-func NewReloader(dir string, opts ReloaderOptions) *Reloader {
+func newReloader(opts OpenOptions) *reloader {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.Watch.Logger == nil {
 		opts.Watch.Logger = opts.Logger
 	}
-	r := &Reloader{dir: dir, opts: opts}
+	r := &reloader{dir: opts.Dir, opts: opts}
 	watch := opts.Watch
 	next := watch.OnLook
 	watch.OnLook = func(err error) {
@@ -59,7 +52,7 @@ func NewReloader(dir string, opts ReloaderOptions) *Reloader {
 			next(err)
 		}
 	}
-	r.watcher = dirwatch.New(dir, watch)
+	r.watcher = dirwatch.New(r.dir, watch)
 	return r
 }
 
@@ -76,7 +69,7 @@ func (e *unreadableError) Unwrap() error { return e.err }
 
 // looked records a look at the directory: an unreadable directory shows in
 // Status and the metrics like a failed reload, not only in the log.
-func (r *Reloader) looked(err error) {
+func (r *reloader) looked(err error) {
 	r.mu.Lock()
 	_, wasUnreadable := r.lastErr.(*unreadableError)
 	switch {
@@ -99,15 +92,23 @@ func (r *Reloader) looked(err error) {
 
 // Load is the first load of the directory; an error here has no last good
 // set to fall back on.
-func (r *Reloader) Load(ctx context.Context) (*Set, error) {
+func (r *reloader) Load(ctx context.Context) (*Set, error) {
 	set, err := LoadDir(ctx, r.dir, r.opts.Load)
-	if err == nil {
-		r.mu.Lock()
-		r.loadedAt = time.Now()
-		r.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return set, err
+	r.mu.Lock()
+	r.loadedAt = time.Now()
+	r.mu.Unlock()
+	r.opts.Metrics.Reloaded(set.Revision, nil)
+	return set, nil
 }
+
+// Name is the directory as given.
+func (r *reloader) Name() string { return r.dir }
+
+// FS reads the directory.
+func (r *reloader) FS() fs.FS { return os.DirFS(r.dir) }
 
 // LoadDir loads a policy directory from disk, naming the revision by the
 // commit when the directory is a git-sync checkout (git:<commit>), else by
@@ -144,7 +145,7 @@ func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
 
 // Reload loads the directory and swaps the new set into the engine Run
 // serves if it loaded cleanly.
-func (r *Reloader) Reload(ctx context.Context) error {
+func (r *reloader) Reload(ctx context.Context) error {
 	engine := r.engine.Load()
 	if engine == nil {
 		return fmt.Errorf("reload %s: no engine yet (call Run)", r.dir)
@@ -179,24 +180,24 @@ func (r *Reloader) Reload(ctx context.Context) error {
 
 // Run keeps engine serving the newest good set: it reloads on every
 // content change of the directory until ctx ends.
-func (r *Reloader) Run(ctx context.Context, engine *Engine) error {
+func (r *reloader) Run(ctx context.Context, engine *Engine) error {
 	r.engine.Store(engine)
 	return r.watcher.Run(ctx, func(ctx context.Context) { _ = r.Reload(ctx) })
 }
 
 // Status says which revision is served and, when the last reload failed,
 // when and why: readiness detail.
-func (r *Reloader) Status() string {
-	revision, at, lastErr := r.LastReload()
+func (r *reloader) Status() string {
+	revision, at, lastErr := r.lastReload()
 	if lastErr != nil {
 		return fmt.Sprintf("serving %s; the last reload (%s) failed and was not applied: %v", revision, at.UTC().Format(time.RFC3339), lastErr)
 	}
 	return "serving " + revision
 }
 
-// LastReload reports the revision being served and the last reload: when
+// lastReload reports the revision being served and the last reload: when
 // it started and its error (nil when it succeeded).
-func (r *Reloader) LastReload() (revision string, lastAttempt time.Time, lastErr error) {
+func (r *reloader) lastReload() (revision string, lastAttempt time.Time, lastErr error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.engine.Load(); e != nil && e.Current() != nil {
@@ -207,8 +208,8 @@ func (r *Reloader) LastReload() (revision string, lastAttempt time.Time, lastErr
 
 // ReloadState is what strict health judges: the served set, when it was
 // loaded, and since when (and why) newer content fails to load.
-func (r *Reloader) ReloadState() health.ReloadState {
-	revision, _, lastErr := r.LastReload()
+func (r *reloader) ReloadState() health.ReloadState {
+	revision, _, lastErr := r.lastReload()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, FailingSince: r.failingSince, Err: lastErr}

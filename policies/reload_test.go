@@ -52,7 +52,7 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reloader := NewReloader(dir, ReloaderOptions{
+	reloader := newReloader(OpenOptions{Dir: dir,
 		Watch:  dirwatch.Options{Debounce: 20 * time.Millisecond, PollInterval: 50 * time.Millisecond},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -96,8 +96,8 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 	v1 := engine.Current().Revision
 	// Broken: a syntax error. The old set keeps serving, the error names the file.
 	writeFiles(t, dir, map[string]string{"p.rego": "package p\ndeny contains \"v2\" if {\n"})
-	waitFor(t, "the broken change is reported", func() bool { _, _, err := reloader.LastReload(); return err != nil })
-	rev, _, lastErr := reloader.LastReload()
+	waitFor(t, "the broken change is reported", func() bool { _, _, err := reloader.lastReload(); return err != nil })
+	rev, _, lastErr := reloader.lastReload()
 	if rev != v1 || !strings.Contains(lastErr.Error(), "p.rego:") {
 		t.Fatalf("a broken change must keep %s serving and name the file; serving %s, error %v", v1, rev, lastErr)
 	}
@@ -111,7 +111,7 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 		"p.rego": "package p\ndeny contains \"v3 says no\" if input.context.labels.deny == \"yes\"\n",
 	})
 	waitFor(t, "the failing test is reported", func() bool {
-		_, _, err := reloader.LastReload()
+		_, _, err := reloader.lastReload()
 		return err != nil && strings.Contains(err.Error(), "p_test.rego:2: p_test.test_wrong: test rule evaluated to false or undefined")
 	})
 	if engine.Current().Revision != v1 {
@@ -122,7 +122,7 @@ func TestReloadKeepsServingThroughBrokenChanges(t *testing.T) {
 		"p_test.rego": "package p_test\ntest_right if data.p.deny[\"v3 says no\"] with input as {\"context\": {\"labels\": {\"deny\": \"yes\"}}}\n",
 	})
 	waitFor(t, "the fixed set serves", func() bool {
-		_, _, err := reloader.LastReload()
+		_, _, err := reloader.lastReload()
 		return err == nil && engine.Current().Revision != v1
 	})
 	n := decided.Load()
@@ -186,7 +186,7 @@ func TestADeletedDirectoryShowsInStatusAndMetrics(t *testing.T) {
 	writeFiles(t, dir, files)
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(reg)
-	reloader := NewReloader(dir, ReloaderOptions{
+	reloader := newReloader(OpenOptions{Dir: dir,
 		Watch:   dirwatch.Options{Debounce: 20 * time.Millisecond, PollInterval: 50 * time.Millisecond},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics,

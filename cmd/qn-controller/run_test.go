@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/cmd/qn-controller/app"
 	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
 )
@@ -259,7 +260,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 	}
 
 	lease := &coordinationv1.Lease{}
-	leaseKey := client.ObjectKey{Namespace: "qn-system", Name: LeaderElectionID}
+	leaseKey := client.ObjectKey{Namespace: "qn-system", Name: app.LeaderElectionID}
 	if err := c.Get(ctx, leaseKey, lease); err != nil {
 		t.Fatalf("the leader holds no Lease: %v", err)
 	}

@@ -12,21 +12,22 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
-	"github.com/quantumnode/qn-admission/policies/pattern"
 )
 
 func main() {
-	pattern.DiscardMatcherLogs()
 	opts := app.NewOptions()
+	// ExitOnError names a mistyped flag on stderr, with the usage, and
+	// exits 2.
 	fs := pflag.NewFlagSet("qn-webhook", pflag.ExitOnError)
 	opts.AddFlags(fs)
 	_ = fs.Parse(os.Args[1:])
-
-	logger := opts.Logger(os.Stdout)
-	app.TuneGC(logger)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "qn-webhook: unexpected argument %q: every setting is a --flag\n", fs.Arg(0))
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := app.Run(ctx, opts, logger); err != nil {
+	if err := app.Run(ctx, opts, opts.Logger(os.Stdout)); err != nil {
 		fmt.Fprintf(os.Stderr, "qn-webhook: %v\n", err)
 		os.Exit(1)
 	}

@@ -9,11 +9,9 @@ import (
 	"syscall"
 
 	"github.com/quantumnode/qn-admission/cmd/qnctl/app"
-	"github.com/quantumnode/qn-admission/policies/pattern"
 )
 
 func main() {
-	pattern.DiscardMatcherLogs()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := app.Main(ctx, os.Args[1:], app.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
 	stop()

@@ -1,16 +1,13 @@
 package chart
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	controllerapp "github.com/quantumnode/qn-admission/cmd/qn-controller/app"
 	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
 )
 
@@ -25,14 +22,7 @@ func TestWebhookArgsParse(t *testing.T) {
 	for name, snippet := range cases {
 		t.Run(name, func(t *testing.T) {
 			rel := render(t, snippet)
-			var c *corev1.Container
-			for _, dep := range deployments(t, rel) {
-				for i := range dep.Spec.Template.Spec.Containers {
-					if dep.Spec.Template.Spec.Containers[i].Name == "qn-webhook" {
-						c = &dep.Spec.Template.Spec.Containers[i]
-					}
-				}
-			}
+			c := deployedContainer(t, rel, "qn-webhook")
 			if c == nil {
 				t.Fatal("no qn-webhook container")
 			}
@@ -52,40 +42,63 @@ func TestWebhookArgsParse(t *testing.T) {
 	}
 }
 
-// controllerFlag matches a flag definition in cmd/qn-controller/options.go,
-// e.g. fs.StringVar(&o.LogLevel, "log-level", ...). The command is a main
-// package, so its flag set cannot be imported; its source is read instead.
-var controllerFlag = regexp.MustCompile(`fs\.\w+Var\(&o\.\w+, "([a-z0-9-]+)"`)
+// The arguments the chart gives qn-controller are flags qn-controller has,
+// with values it accepts in a Pod: they go through its own flag set and
+// Validate, for every variation.
+func TestControllerArgsParse(t *testing.T) {
+	cases := map[string]string{"default values": "", "profiling on": "profiling: {enabled: true}"}
+	for name, v := range variations {
+		cases[name] = v.values
+	}
+	inPod := func(key string) string {
+		if key == "KUBERNETES_SERVICE_HOST" {
+			return "10.96.0.1"
+		}
+		return ""
+	}
+	for name, snippet := range cases {
+		t.Run(name, func(t *testing.T) {
+			rel := render(t, snippet)
+			c := deployedContainer(t, rel, "qn-controller")
+			if c == nil {
+				t.Skip("this rendering has no qn-controller")
+			}
+			opts := controllerapp.NewOptions(inPod)
+			fs := pflag.NewFlagSet("qn-controller", pflag.ContinueOnError)
+			opts.AddFlags(fs)
+			if err := fs.Parse(c.Args); err != nil {
+				t.Fatalf("qn-controller %v: %v", c.Args, err)
+			}
+			if fs.NArg() != 0 {
+				t.Errorf("stray arguments %v", fs.Args())
+			}
+			if err := opts.Validate(inPod); err != nil {
+				t.Errorf("qn-controller %v: %v", c.Args, err)
+			}
+			for _, want := range []string{"leader-elect", "leader-election-namespace", "health-probe-bind-address", "strict-reload-grace"} {
+				if _, ok := flag(c.Args, want); !ok {
+					t.Errorf("qn-controller is not given --%s", want)
+				}
+			}
+			if _, ok := flag(c.Args, "pprof"); name == "profiling on" && !ok {
+				t.Error("profiling is enabled but qn-controller is not given --pprof")
+			}
+		})
+	}
+}
 
-// Every argument the chart gives qn-controller is one of its flags.
-func TestControllerArgsAreItsFlags(t *testing.T) {
-	known := map[string]bool{}
-	// Its own flags, and the strict health flags both binaries share.
-	for _, file := range []string{"cmd/qn-controller/options.go", "internal/health/checks.go"} {
-		src, err := os.ReadFile(filepath.Join(Dir(), "..", "..", file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range controllerFlag.FindAllStringSubmatch(string(src), -1) {
-			known[m[1]] = true
+// deployedContainer is the container of that name in the rendered
+// Deployments, or nil.
+func deployedContainer(t *testing.T, rel *Release, name string) *corev1.Container {
+	t.Helper()
+	for _, dep := range deployments(t, rel) {
+		for i := range dep.Spec.Template.Spec.Containers {
+			if dep.Spec.Template.Spec.Containers[i].Name == name {
+				return &dep.Spec.Template.Spec.Containers[i]
+			}
 		}
 	}
-	if len(known) < 5 {
-		t.Fatalf("found only flags %v in cmd/qn-controller/options.go: has the way flags are declared changed?", keys(known))
-	}
-	rel := render(t, "profiling: {enabled: true}")
-	c := container(t, &get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller").Spec.Template.Spec, "qn-controller")
-	for _, arg := range c.Args {
-		name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
-		if !strings.HasPrefix(arg, "--") || !known[name] {
-			t.Errorf("qn-controller has no flag for %q (its flags: %v)", arg, keys(known))
-		}
-	}
-	for _, want := range []string{"leader-elect", "leader-election-namespace", "health-probe-bind-address", "strict-reload-grace", "pprof"} {
-		if _, ok := flag(c.Args, want); !ok {
-			t.Errorf("qn-controller is not given --%s", want)
-		}
-	}
+	return nil
 }
 
 // Tracing and profiling are off unless switched on: the default rendering

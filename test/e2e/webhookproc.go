@@ -32,11 +32,17 @@ const BuildTags = "nomsgpack"
 // BuildWebhook compiles cmd/qn-webhook into dir: the suite runs the real
 // binary, flags and all.
 func BuildWebhook(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "qn-webhook")
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", BuildTags, "-o", bin, "./cmd/qn-webhook")
+	return BuildBinary(ctx, dir, "qn-webhook")
+}
+
+// BuildBinary compiles cmd/<name> into dir as the Makefile builds it and
+// returns the binary's path.
+func BuildBinary(ctx context.Context, dir, name string) (string, error) {
+	bin := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", BuildTags, "-o", bin, "./cmd/"+name)
 	cmd.Dir = ModuleRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/qn-webhook: %v\n%s", err, out)
+		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }

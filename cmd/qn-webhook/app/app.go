@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/policies/scalerspec"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
@@ -81,10 +81,15 @@ type Task struct {
 	Run  func(ctx context.Context) error
 }
 
-// Run builds qn-webhook from o and serves until ctx ends, then drains
-// in-flight requests. Anything that prevents serving correctly is an error
-// before listening.
+// Run starts the process as shipped (the garbage collector tuned to the
+// container's memory limit, the pattern matcher's logs silenced), builds
+// qn-webhook from o and serves until ctx ends, then drains in-flight
+// requests. Anything that prevents serving correctly is an error before
+// listening. Every program that runs qn-webhook calls Run, so a profile
+// or a benchmark measures what the image runs.
 func Run(ctx context.Context, o *Options, logger *slog.Logger) error {
+	pattern.DiscardMatcherLogs()
+	tuneGC(logger)
 	p, err := Build(ctx, o, logger)
 	if err != nil {
 		return err
@@ -152,41 +157,32 @@ func (p *Program) close() {
 func (p *Program) buildPolicies(ctx context.Context) error {
 	o := p.Options
 	metrics := policies.NewMetrics(p.Registry)
-	loadOpts := policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins}
-	sourceName, watcherName := "bundled", "bundled policies"
-	p.Policies = policies.Bundled(loadOpts)
-	if o.PolicyDir != "" {
-		sourceName, watcherName = o.PolicyDir, "policy directory watcher"
-		// Created before the first load: it notes the directory's content
-		// now, so a change landing during the load is still reloaded.
-		p.Policies = policies.NewReloader(o.PolicyDir, policies.ReloaderOptions{
-			Load:    loadOpts,
-			Watch:   dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: p.Logger},
-			Metrics: metrics,
-			Logger:  p.Logger,
-		})
-		if _, err := os.Stat(filepath.Join(o.PolicyDir, policies.RolesFile)); err != nil {
-			return fmt.Errorf("--policy-dir %s: %w", o.PolicyDir, err)
-		}
+	source, err := policies.Open(policies.OpenOptions{
+		Dir:     o.PolicyDir,
+		Load:    policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins},
+		Watch:   dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: p.Logger},
+		Metrics: metrics,
+		Logger:  p.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("--policy-dir: %w", err)
 	}
-	set, err := p.Policies.Load(ctx)
+	p.Policies = source
+	set, err := source.Load(ctx)
 	if err != nil {
 		return err
 	}
-	metrics.Reloaded(set.Revision, nil)
-	p.Logger.Info("policies loaded", "source", sourceName, "revision", set.Revision, "roles", set.Roles.Names())
+	p.Logger.Info("policies loaded", "source", source.Name(), "revision", set.Revision, "roles", set.Roles.Names())
 	p.Engine = policies.NewEngine(set, policies.EngineOptions{Metrics: metrics, Windows: p.Windows})
 	// A failed reload does not make us unready: the last good set keeps
 	// serving, and failing every replica's probe would lock writes out.
 	// Strict health fails after the grace, so a person is paged instead.
-	policiesCheck := health.Check{Name: "policies", Detail: p.Policies.Status}
-	if reloader, ok := p.Policies.(*policies.Reloader); ok {
-		policiesCheck.Strict = health.PoliciesCheck(reloader.ReloadState, o.Strict, nil)
-	}
-	p.Checks = append(p.Checks, policiesCheck, health.Check{
+	p.Checks = append(p.Checks, health.Check{
+		Name: "policies", Detail: source.Status, Strict: health.PoliciesCheck(source.ReloadState, o.Strict, nil),
+	}, health.Check{
 		Name: "errors", Strict: p.Answers.RatioCheck(o.Strict.MaxErrorRatio), Detail: p.Answers.Detail,
 	})
-	p.Tasks = append(p.Tasks, Task{Name: watcherName, Run: func(ctx context.Context) error { return p.Policies.Run(ctx, p.Engine) }})
+	p.Tasks = append(p.Tasks, Task{Name: "policy watcher", Run: func(ctx context.Context) error { return source.Run(ctx, p.Engine) }})
 	return nil
 }
 

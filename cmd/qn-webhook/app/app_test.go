@@ -288,7 +288,8 @@ func TestBuildRefuses(t *testing.T) {
 		args []string
 		want string
 	}{
-		"a policy directory without roles.yaml":       {[]string{"--policy-dir=" + t.TempDir()}, "--policy-dir"},
+		"a policy directory without roles.yaml":       {[]string{"--policy-dir=" + t.TempDir()}, "roles.yaml: missing"},
+		"a policy directory that does not exist":      {[]string{"--policy-dir=" + filepath.Join(t.TempDir(), "nope")}, "--policy-dir: policy directory "},
 		"a decision log that cannot be written":       {[]string{"--decision-log=" + filepath.Join(t.TempDir(), "missing", "d.jsonl")}, "--decision-log"},
 		"a probe address another process holds":       {[]string{"--probe-address=" + busy.Addr().String()}, "listen for probes on " + busy.Addr().String()},
 		"a certificate flag beside --tls-self-signed": {[]string{"--tls-cert-file=/tls/tls.crt"}, "exclude each other"},

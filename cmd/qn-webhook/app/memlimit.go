@@ -18,7 +18,7 @@ const cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
 // harder before the heap nears the container's limit.
 const boundedGCPercent = 400
 
-// GCSettings are the garbage collector settings TuneGC chose.
+// GCSettings are the garbage collector settings tuneGC chose.
 type GCSettings struct {
 	// MemoryLimit is the Go soft memory limit in bytes; 0 when none.
 	MemoryLimit int64
@@ -26,7 +26,7 @@ type GCSettings struct {
 	GCPercent int
 }
 
-// TuneGC sets the Go runtime's memory limit and GOGC for a server process:
+// tuneGC sets the Go runtime's memory limit and GOGC for a server process:
 // a soft limit of three quarters of the container's (cgroup v2) unless
 // GOMEMLIMIT is set, and, when a limit bounds the heap and GOGC is not set,
 // GOGC=400. Without a limit the runtime's defaults stay: nothing would
@@ -34,7 +34,7 @@ type GCSettings struct {
 // instead of letting garbage from large reviews push the process into the
 // OOM killer (8 concurrent 6 MiB reviews: 218 MiB peak without, 122 MiB
 // with a 100 MiB limit).
-func TuneGC(logger *slog.Logger) GCSettings {
+func tuneGC(logger *slog.Logger) GCSettings {
 	s := gcSettings(os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"), debug.SetMemoryLimit(-1), memoryLimitFrom(cgroupMemoryMax))
 	if s.MemoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(s.MemoryLimit)
@@ -48,7 +48,7 @@ func TuneGC(logger *slog.Logger) GCSettings {
 	return s
 }
 
-// gcSettings decides TuneGC's settings from the GOGC and GOMEMLIMIT
+// gcSettings decides tuneGC's settings from the GOGC and GOMEMLIMIT
 // variables, the limit the runtime runs with now (math.MaxInt64 when none)
 // and the container's limit (0 when none).
 func gcSettings(gogc, gomemlimit string, runtimeLimit, containerLimit int64) GCSettings {

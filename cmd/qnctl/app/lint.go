@@ -124,12 +124,13 @@ func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir strin
 	if o.Output != outputText && o.Output != outputJSON {
 		return usagef("--output %q is not one of text, json", o.Output)
 	}
-	fsys, source, err := policyFS(dir)
+	// The Rego tests run apart so that lint can count them.
+	source, err := openPolicies(dir, opts, true)
 	if err != nil {
 		return err
 	}
-	r := &lintReport{Policies: source, Problems: []problem{}}
-	lintDirectory(ctx, opts, r, fsys, dir)
+	r := &lintReport{Policies: source.Name(), Problems: []problem{}}
+	lintDirectory(ctx, r, source)
 	fixtures := o.Fixtures
 	if fixtures == "" && dir != "" {
 		if files, err := fixtureFiles(filepath.Join(dir, fixturesDir)); err == nil {
@@ -168,20 +169,14 @@ func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir strin
 // lintDirectory loads the directory as qn-webhook does and reports every
 // problem the load found, then what lint adds: warnings the server does not
 // refuse a set for, and each failing Rego test.
-func lintDirectory(ctx context.Context, opts *commonOptions, r *lintReport, fsys fs.FS, dir string) {
+func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
+	fsys := source.FS()
 	for _, misnamed := range [][2]string{{"roles.yml", policies.RolesFile}, {"data.yml", "data.yaml"}} {
 		if _, err := fs.Stat(fsys, misnamed[0]); err == nil {
 			r.add(lintWarning(misnamed[0], 0, "this file is not read", fmt.Sprintf("rename it to %s", misnamed[1])))
 		}
 	}
-	// The Rego tests run apart so that lint can count them.
-	var set *policies.Set
-	var err error
-	if dir == "" {
-		set, err = policies.Load(ctx, fsys, opts.loadOptions(true))
-	} else {
-		set, err = policies.LoadDir(ctx, dir, opts.loadOptions(true))
-	}
+	set, err := source.Load(ctx)
 	if err != nil {
 		for _, p := range policies.ProblemsOf(err, ".") {
 			r.add(lintError(p))

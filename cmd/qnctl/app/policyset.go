@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/quantumnode/qn-admission/policies"
-	"github.com/quantumnode/qn-admission/rego"
 )
-
-// bundledName names the policies compiled into qnctl (and qn-webhook) in
-// messages and reports.
-const bundledName = "bundled"
 
 // policySet is a loaded policy directory and what explanations need
 // besides the Set: where it came from and the role table's source for
@@ -34,44 +30,25 @@ func (o *commonOptions) loadOptions(skipTests bool) policies.LoadOptions {
 	}
 }
 
-// policyFS opens a policy directory, or the bundled policies when dir is
-// empty. A missing or unreadable directory is an error that says so.
-func policyFS(dir string) (fs.FS, string, error) {
-	if dir == "" {
-		return rego.Bundled(), bundledName, nil
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, dir, fmt.Errorf("policy directory %s: %w", dir, unwrapPathError(err))
-	}
-	if !st.IsDir() {
-		return nil, dir, fmt.Errorf("policy directory %s is a file; pass the directory that holds %s", dir, policies.RolesFile)
-	}
-	return os.DirFS(dir), dir, nil
+// openPolicies opens a policy directory as qn-webhook does
+// (policies.Open), or the bundled policies when dir is empty.
+func openPolicies(dir string, o *commonOptions, skipTests bool) (policies.Source, error) {
+	return policies.Open(policies.OpenOptions{Dir: dir, Load: o.loadOptions(skipTests), Logger: slog.New(slog.DiscardHandler)})
 }
 
-// loadPolicies loads a policy directory exactly as qn-webhook does
-// (policies.LoadDir for a directory, policies.Load for the bundled set).
-// With skipTests the Rego unit tests are left to the caller.
+// loadPolicies loads a policy directory exactly as qn-webhook does. With
+// skipTests the Rego unit tests are left to the caller.
 func loadPolicies(ctx context.Context, dir string, o *commonOptions, skipTests bool) (*policySet, error) {
-	fsys, source, err := policyFS(dir)
+	source, err := openPolicies(dir, o, skipTests)
 	if err != nil {
 		return nil, err
 	}
-	var set *policies.Set
-	if dir == "" {
-		set, err = policies.Load(ctx, fsys, o.loadOptions(skipTests))
-		if err != nil {
-			err = fmt.Errorf("bundled policies: %w", err)
-		}
-	} else {
-		set, err = policies.LoadDir(ctx, dir, o.loadOptions(skipTests))
-	}
+	set, err := source.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	src, _ := fs.ReadFile(fsys, policies.RolesFile)
-	return &policySet{Source: source, Set: set, RolesSrc: src}, nil
+	src, _ := fs.ReadFile(source.FS(), policies.RolesFile)
+	return &policySet{Source: source.Name(), Set: set, RolesSrc: src}, nil
 }
 
 // rolesLine is "roles.yaml:N" for a dotted path of the role table.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quantumnode/qn-admission/policies/pattern"
 )
 
 // Exit codes shared by every command.
@@ -77,6 +79,8 @@ func usagef(format string, args ...any) error {
 // Main runs qnctl with args (without the program name) and returns the
 // process exit code.
 func Main(ctx context.Context, args []string, s Streams) int {
+	// What the pattern matcher would log, a Verdict already says.
+	pattern.DiscardMatcherLogs()
 	cmd := newCommand(s)
 	cmd.SetArgs(args)
 	ran, err := cmd.ExecuteContextC(ctx)

@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	_ "net/http/pprof" // registers /debug/pprof on http.DefaultServeMux
@@ -28,7 +27,7 @@ func main() {
 	pprofAddr := fs.String("pprof-address", "127.0.0.1:0", "Plain-HTTP address of /debug/pprof.")
 	_ = fs.Parse(os.Args[1:])
 
-	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	logger := opts.Logger(os.Stdout)
 	ln, err := net.Listen("tcp", *pprofAddr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qnprof: %v\n", err)

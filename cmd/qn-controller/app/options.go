@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -7,7 +7,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -193,15 +192,16 @@ func (o *Options) level() (slog.Level, error) {
 	return l, nil
 }
 
-// Logger builds the process logger. controller-runtime's V(1) lines map to
-// slog levels between debug and info, so --log-level=debug shows them.
-func (o *Options) Logger(w io.Writer) logr.Logger {
+// logHandler is where the process logs go. controller-runtime's V(1)
+// lines map to slog levels between debug and info, so --log-level=debug
+// shows them.
+func (o *Options) logHandler(w io.Writer) slog.Handler {
 	level, _ := o.level() // checked by Validate
 	handlerOpts := &slog.HandlerOptions{Level: level}
 	if o.LogFormat == "text" {
-		return logr.FromSlogHandler(slog.NewTextHandler(w, handlerOpts))
+		return slog.NewTextHandler(w, handlerOpts)
 	}
-	return logr.FromSlogHandler(slog.NewJSONHandler(w, handlerOpts))
+	return slog.NewJSONHandler(w, handlerOpts)
 }
 
 // RESTConfig loads the API server address and credentials: --kubeconfig,
