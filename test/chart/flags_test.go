@@ -11,41 +11,10 @@ import (
 	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
 )
 
-// The arguments the chart gives qn-webhook are flags qn-webhook has, with
-// values it accepts: they go through its own flag set and Validate, for
+// The arguments the chart gives each binary are flags it has, with values
+// it accepts in a Pod: they go through its own flag set and Validate, for
 // every variation.
-func TestWebhookArgsParse(t *testing.T) {
-	cases := map[string]string{"default values": ""}
-	for name, v := range variations {
-		cases[name] = v.values
-	}
-	for name, snippet := range cases {
-		t.Run(name, func(t *testing.T) {
-			rel := render(t, snippet)
-			c := deployedContainer(t, rel, "qn-webhook")
-			if c == nil {
-				t.Fatal("no qn-webhook container")
-			}
-			opts := app.NewOptions()
-			fs := pflag.NewFlagSet("qn-webhook", pflag.ContinueOnError)
-			opts.AddFlags(fs)
-			if err := fs.Parse(c.Args); err != nil {
-				t.Fatalf("qn-webhook %v: %v", c.Args, err)
-			}
-			if fs.NArg() != 0 {
-				t.Errorf("stray arguments %v", fs.Args())
-			}
-			if err := opts.Validate(); err != nil {
-				t.Errorf("qn-webhook %v: %v", c.Args, err)
-			}
-		})
-	}
-}
-
-// The arguments the chart gives qn-controller are flags qn-controller has,
-// with values it accepts in a Pod: they go through its own flag set and
-// Validate, for every variation.
-func TestControllerArgsParse(t *testing.T) {
+func TestArgsParse(t *testing.T) {
 	cases := map[string]string{"default values": "", "profiling on": "profiling: {enabled: true}"}
 	for name, v := range variations {
 		cases[name] = v.values
@@ -56,32 +25,52 @@ func TestControllerArgsParse(t *testing.T) {
 		}
 		return ""
 	}
+	// Each binary's flag set and Validate, as its main uses them.
+	binaries := map[string]func(fs *pflag.FlagSet) (validate func() error){
+		"qn-webhook": func(fs *pflag.FlagSet) func() error {
+			opts := app.NewOptions()
+			opts.AddFlags(fs)
+			return opts.Validate
+		},
+		"qn-controller": func(fs *pflag.FlagSet) func() error {
+			opts := controllerapp.NewOptions(inPod)
+			opts.AddFlags(fs)
+			return func() error { return opts.Validate(inPod) }
+		},
+	}
 	for name, snippet := range cases {
 		t.Run(name, func(t *testing.T) {
 			rel := render(t, snippet)
-			c := deployedContainer(t, rel, "qn-controller")
-			if c == nil {
-				t.Skip("this rendering has no qn-controller")
-			}
-			opts := controllerapp.NewOptions(inPod)
-			fs := pflag.NewFlagSet("qn-controller", pflag.ContinueOnError)
-			opts.AddFlags(fs)
-			if err := fs.Parse(c.Args); err != nil {
-				t.Fatalf("qn-controller %v: %v", c.Args, err)
-			}
-			if fs.NArg() != 0 {
-				t.Errorf("stray arguments %v", fs.Args())
-			}
-			if err := opts.Validate(inPod); err != nil {
-				t.Errorf("qn-controller %v: %v", c.Args, err)
-			}
-			for _, want := range []string{"leader-elect", "leader-election-namespace", "health-probe-bind-address", "strict-reload-grace"} {
-				if _, ok := flag(c.Args, want); !ok {
-					t.Errorf("qn-controller is not given --%s", want)
+			for binary, flags := range binaries {
+				c := deployedContainer(t, rel, binary)
+				if c == nil {
+					if binary == "qn-webhook" {
+						t.Errorf("no %s container", binary)
+					}
+					continue
+				}
+				fs := pflag.NewFlagSet(binary, pflag.ContinueOnError)
+				validate := flags(fs)
+				if err := fs.Parse(c.Args); err != nil {
+					t.Errorf("%s %v: %v", binary, c.Args, err)
+					continue
+				}
+				if fs.NArg() != 0 {
+					t.Errorf("%s: stray arguments %v", binary, fs.Args())
+				}
+				if err := validate(); err != nil {
+					t.Errorf("%s %v: %v", binary, c.Args, err)
 				}
 			}
-			if _, ok := flag(c.Args, "pprof"); name == "profiling on" && !ok {
-				t.Error("profiling is enabled but qn-controller is not given --pprof")
+			if ctl := deployedContainer(t, rel, "qn-controller"); ctl != nil {
+				for _, want := range []string{"leader-elect", "leader-election-namespace", "health-probe-bind-address", "strict-reload-grace"} {
+					if _, ok := flag(ctl.Args, want); !ok {
+						t.Errorf("qn-controller is not given --%s", want)
+					}
+				}
+				if _, ok := flag(ctl.Args, "pprof"); name == "profiling on" && !ok {
+					t.Error("profiling is enabled but qn-controller is not given --pprof")
+				}
 			}
 		})
 	}
