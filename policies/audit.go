@@ -304,35 +304,25 @@ func AuditSkips(ctx context.Context, s *Set) map[string][]SkippedRule {
 }
 
 func buildAuditPlan(ctx context.Context, s *Set) *auditPlan {
-	compiled := s.Compiled.Compiler().Modules
-	reads := newRequesterReads(compiled)
 	dropped := map[string]bool{}
 	plan := &auditPlan{packages: map[string]*packageAudit{}}
-	for _, path := range sortedKeys(compiled) {
-		mod := compiled[path]
-		pkg := rego.PackageName(mod)
-		for _, r := range mod.Rules {
-			name := r.Head.Ref()[0].Value.String()
-			if name != "deny" && name != "warn" {
-				continue
-			}
-			pa := plan.packages[pkg]
-			if pa == nil {
-				pa = &packageAudit{}
-				plan.packages[pkg] = pa
-			}
-			i := slices.IndexFunc(pa.rules, func(a auditedRule) bool { return a.name == name })
-			if i < 0 {
-				pa.rules = append(pa.rules, auditedRule{name: name})
-				i = len(pa.rules) - 1
-			}
-			if fields := reads.ofRule(r); len(fields) > 0 {
-				pa.rules[i].skipped = append(pa.rules[i].skipped, SkippedRule{Location: fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row), Reads: fields})
-				dropped[locationKey(r.Location)] = true
-				continue
-			}
-			pa.rules[i].judged++
+	for _, r := range s.Compiled.RuleInputReads("deny", "warn") {
+		pa := plan.packages[r.Package]
+		if pa == nil {
+			pa = &packageAudit{}
+			plan.packages[r.Package] = pa
 		}
+		i := slices.IndexFunc(pa.rules, func(a auditedRule) bool { return a.name == r.Name })
+		if i < 0 {
+			pa.rules = append(pa.rules, auditedRule{name: r.Name})
+			i = len(pa.rules) - 1
+		}
+		if fields := requesterReads(r); len(fields) > 0 {
+			pa.rules[i].skipped = append(pa.rules[i].skipped, SkippedRule{Location: fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row), Reads: fields})
+			dropped[locationKey(r.Location)] = true
+			continue
+		}
+		pa.rules[i].judged++
 	}
 	source := s.Compiled
 	var err error
@@ -358,246 +348,22 @@ func buildAuditPlan(ctx context.Context, s *Set) *auditPlan {
 	return plan
 }
 
-// requesterReads finds which requester fields a rule reads, directly or
-// through the rules and functions it calls, in the compiled modules (where
-// every reference is resolved to its full path).
-type requesterReads struct {
-	rules []rulesAt
-	memo  map[*ast.Rule][]string
-	// active marks rules being walked, to end recursion through cycles
-	// (the compiler refuses recursion, but functions can be mutual).
-	active map[*ast.Rule]bool
-}
-
-func newRequesterReads(modules map[string]*ast.Module) *requesterReads {
-	r := &requesterReads{memo: map[*ast.Rule][]string{}, active: map[*ast.Rule]bool{}}
-	for _, mod := range modules {
-		for _, rule := range mod.Rules {
-			r.rules = append(r.rules, rulesAt{path: mod.Package.Path.Extend(rule.Head.Ref().GroundPrefix()), rule: rule})
+// requesterReads are the requester fields a rule definition may read: those
+// it reads or reads a parent of. input.request as a whole reads every one of
+// input.request's; input.context.labels reads none.
+func requesterReads(r rego.RuleInputReads) []string {
+	var out []string
+	for _, f := range RequesterFields {
+		if r.Reads(strings.Split(strings.TrimPrefix(f, "input."), ".")) {
+			out = append(out, f)
 		}
-	}
-	return r
-}
-
-func (r *requesterReads) ofRule(rule *ast.Rule) []string {
-	if got, ok := r.memo[rule]; ok {
-		return got
-	}
-	if r.active[rule] {
-		return nil
-	}
-	r.active[rule] = true
-	found := map[string]bool{}
-	var refs []ast.Ref
-	collectRefs(rule, &refs)
-	for _, ref := range refs {
-		switch head := ref[0].Value.(type) {
-		case ast.Var:
-			if head == ast.InputRootDocument.Value {
-				for _, f := range readsOf(ref) {
-					found[f] = true
-				}
-			}
-			if head == ast.DefaultRootDocument.Value {
-				for _, callee := range r.callees(ref) {
-					if callee == rule {
-						continue
-					}
-					for _, f := range r.ofRule(callee) {
-						found[f] = true
-					}
-				}
-			}
-		}
-	}
-	if rule.Else != nil {
-		for _, f := range r.ofRule(rule.Else) {
-			found[f] = true
-		}
-	}
-	delete(r.active, rule)
-	out := make([]string, 0, len(found))
-	for f := range found {
-		out = append(out, f)
 	}
 	slices.Sort(out)
-	r.memo[rule] = out
 	return out
-}
-
-// rulesAt is a rule with the ground prefix of the document it defines.
-type rulesAt struct {
-	path ast.Ref
-	rule *ast.Rule
 }
 
 // locationKey names a rule definition by file, row and column: the same
 // in the parsed and the compiled modules.
 func locationKey(l *ast.Location) string {
 	return fmt.Sprintf("%s:%d:%d", l.File, l.Row, l.Col)
-}
-
-// callees are the rules a data reference may evaluate: those whose path
-// starts with the reference's ground prefix, or is a prefix of it.
-func (r *requesterReads) callees(ref ast.Ref) []*ast.Rule {
-	prefix := ref.GroundPrefix()
-	var out []*ast.Rule
-	for _, at := range r.rules {
-		if at.path.HasPrefix(prefix) || prefix.HasPrefix(at.path) {
-			out = append(out, at.rule)
-		}
-	}
-	return out
-}
-
-// readsOf says which requester fields an input reference may read: those
-// it names or lies above. input.request as a whole reads every one of
-// input.request's; input.context.labels reads none.
-func readsOf(ref ast.Ref) []string {
-	path := constantPath(ref)
-	var out []string
-	for _, f := range RequesterFields {
-		fp := strings.Split(f, ".")
-		n := min(len(fp), len(path))
-		if slices.Equal(fp[:n], path[:n]) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// constantPath is the leading run of a reference's terms that are plain
-// names: input.context.labels[x] is [input context labels].
-func constantPath(ref ast.Ref) []string {
-	path := []string{string(ref[0].Value.(ast.Var))}
-	for _, t := range ref[1:] {
-		s, ok := t.Value.(ast.String)
-		if !ok {
-			break
-		}
-		path = append(path, string(s))
-	}
-	return path
-}
-
-// objectGet is object.get, whose second argument is a path into its first:
-// object.get(input.request, ["object", "spec"], {}) reads input.request.
-// object.spec, not input.request as a whole.
-var objectGet = ast.ObjectGet.Ref()
-
-// collectRefs gathers every reference a rule reads. The compiler moves a
-// reference used as an argument into a local variable first
-// (__local1__ = input.request; object.get(__local1__, ["object"], ...)), so
-// such aliases of input are followed back to what they name, and
-// object.get with a constant path reads only below its base.
-func collectRefs(rule *ast.Rule, out *[]ast.Ref) {
-	alias := map[ast.Var]ast.Ref{}
-	aliasExprs := map[*ast.Expr]bool{}
-	ast.WalkExprs(rule, func(e *ast.Expr) bool {
-		if !e.IsEquality() && !e.IsAssignment() {
-			return false
-		}
-		terms := e.Terms.([]*ast.Term)
-		a, b := terms[1], terms[2]
-		if _, ok := a.Value.(ast.Ref); ok {
-			a, b = b, a
-		}
-		v, okVar := a.Value.(ast.Var)
-		r, okRef := b.Value.(ast.Ref)
-		if okVar && okRef && r[0].Value.Compare(ast.InputRootDocument.Value) == 0 {
-			alias[v] = r
-			aliasExprs[e] = true
-		}
-		return false
-	})
-	resolve := func(r ast.Ref) ast.Ref {
-		if v, ok := r[0].Value.(ast.Var); ok {
-			if src, ok := alias[v]; ok {
-				return src.Concat(r[1:])
-			}
-		}
-		return r
-	}
-	var visit func(any) bool
-	walk := func(x any) { ast.NewGenericVisitor(visit).Walk(x) }
-	call := func(terms []*ast.Term) bool {
-		if len(terms) < 3 || terms[0].Value.Compare(objectGet) != 0 {
-			return false
-		}
-		var base ast.Ref
-		switch b := terms[1].Value.(type) {
-		case ast.Ref:
-			base = resolve(b)
-		case ast.Var:
-			src, ok := alias[b]
-			if !ok {
-				return false
-			}
-			base = src
-		default:
-			return false
-		}
-		keys, ok := constantKeys(terms[2])
-		if !ok {
-			return false
-		}
-		*out = append(*out, base.Concat(keys))
-		for _, t := range terms[3:] {
-			walk(t)
-		}
-		return true
-	}
-	visit = func(v any) bool {
-		switch v := v.(type) {
-		case *ast.Expr:
-			if aliasExprs[v] {
-				return true
-			}
-			if terms, ok := v.Terms.([]*ast.Term); ok && v.IsCall() {
-				return call(terms)
-			}
-		case ast.Call:
-			return call(v)
-		case ast.Ref:
-			*out = append(*out, resolve(v))
-			for _, t := range v[1:] {
-				walk(t)
-			}
-			return true
-		case ast.Var:
-			if src, ok := alias[v]; ok {
-				*out = append(*out, src) // the whole aliased document
-			}
-		}
-		return false
-	}
-	walk(rule)
-}
-
-// constantKeys turns object.get's key argument into reference terms: a
-// string, or an array of strings.
-func constantKeys(t *ast.Term) ([]*ast.Term, bool) {
-	switch v := t.Value.(type) {
-	case ast.String:
-		return []*ast.Term{t}, true
-	case *ast.Array:
-		keys := make([]*ast.Term, 0, v.Len())
-		for i := range v.Len() {
-			if _, ok := v.Elem(i).Value.(ast.String); !ok {
-				return nil, false
-			}
-			keys = append(keys, v.Elem(i))
-		}
-		return keys, true
-	}
-	return nil, false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -115,7 +115,7 @@ func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compi
 		modules:  parsed,
 		packages: packages,
 		opts:     opts,
-		reads:    analyseInputReads(parsed),
+		reads:    analyseInputReads(compiler.Modules),
 		data:     dataValue,
 	}, nil
 }
@@ -144,9 +144,6 @@ func (c *Compiled) Packages() []string {
 // ["request", "object", "metadata", "managedFields"]) or anything under it.
 // False means every policy's answer is the same without it.
 func (c *Compiled) MayReadInput(path ...string) bool { return c.reads.mayRead(path) }
-
-// Compiler exposes the compiled set, for the Rego test runner.
-func (c *Compiled) Compiler() *ast.Compiler { return c.compiler }
 
 // Store exposes the data document, for the Rego test runner.
 func (c *Compiled) Store() storage.Store { return c.store }

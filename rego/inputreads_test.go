@@ -1,6 +1,10 @@
 package rego
 
-import "testing"
+import (
+	"fmt"
+	"maps"
+	"testing"
+)
 
 var managedFields = []string{"request", "object", "metadata", "managedFields"}
 
@@ -27,6 +31,10 @@ func TestMayReadInput(t *testing.T) {
 			"package p\nk := \"managedFields\"\ndeny contains \"x\" if object.get(input.request.object.metadata, k, null)\n", true},
 		"an import of input counts as a read of its subtree": {
 			"package p\nimport input.request as req\ndeny contains \"x\" if req.object.metadata.managedFields\n", true},
+		"a variable bound to a path and never used still reads it (the rule needs it defined)": {
+			"package p\ndeny contains \"x\" if { m := input.request.object.metadata.managedFields }\n", true},
+		"a print statement reads nothing (the compiler drops it)": {
+			"package p\ndeny contains \"x\" if { print(input.request.object.metadata.managedFields); input.request.object.spec }\n", false},
 		"walk over the object may read managedFields": {
 			"package p\ndeny contains \"x\" if { walk(input.request, [p, v]); v == \"x\" }\n", true},
 	}
@@ -43,5 +51,39 @@ func TestMayReadInput(t *testing.T) {
 	}
 	if compileBundled(t).MayReadInput(managedFields...) {
 		t.Error("the bundled policies read no managedFields, but the analysis says they may")
+	}
+}
+
+func TestRuleInputReadsFollowsCalls(t *testing.T) {
+	src := `package p
+
+user := input.context.user
+
+deny contains "a" if user == "alice"
+
+deny contains "b" if input.context.labels.team == "a"
+
+deny contains "c" if data.p.f(input.request.object) with input.context.user as "bob"
+
+f(o) := o.spec
+`
+	compiled, err := Compile([]Module{{Path: "p.rego", Source: src}}, nil, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]string{}
+	for _, r := range compiled.RuleInputReads("deny") {
+		if r.Package != "p" || r.Name != "deny" {
+			t.Errorf("unexpected rule %s.%s", r.Package, r.Name)
+		}
+		got[r.Location.Row] = fmt.Sprint(r.Input)
+	}
+	want := map[int]string{
+		5: "[[context user]]",        // through the rule it reads
+		7: "[[context labels team]]", // its own read
+		9: "[[request object]]",      // the function's argument; a with target is no read
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("reads by line = %v, want %v", got, want)
 	}
 }

@@ -30,7 +30,7 @@ func (c *Compiled) Without(drop func(*ast.Rule) bool) (*Compiled, error) {
 	if compiler.Compile(parsed); compiler.Failed() {
 		return nil, fmt.Errorf("compile policies without the rules the audit skips: %w", compiler.Errors)
 	}
-	return &Compiled{compiler: compiler, store: c.store, modules: parsed, packages: c.packages, opts: c.opts, reads: analyseInputReads(parsed), data: c.data}, nil
+	return &Compiled{compiler: compiler, store: c.store, modules: parsed, packages: c.packages, opts: c.opts, reads: analyseInputReads(compiler.Modules), data: c.data}, nil
 }
 
 // DefinesRule reports whether package pkg defines a rule named name.
