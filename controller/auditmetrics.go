@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -58,42 +57,17 @@ func (m *auditMetrics) swept(start, end time.Time) {
 	}
 }
 
-// verdictCollector serves qn_controller_quantumnodes_policy{verdict}: the
-// QuantumNodes by the reason of their PolicyCompliant condition (None:
-// not audited yet), from the informer cache at scrape time.
-type verdictCollector struct {
-	reader client.Reader
-	desc   *prometheus.Desc
-}
-
-func newVerdictCollector(reader client.Reader) *verdictCollector {
-	return &verdictCollector{reader: reader, desc: prometheus.NewDesc("qn_controller_quantumnodes_policy",
+// newVerdictCollector serves qn_controller_quantumnodes_policy{verdict}:
+// the QuantumNodes by the reason of their PolicyCompliant condition (None:
+// not audited yet).
+func newVerdictCollector(reader client.Reader) *cacheCounter {
+	return newCacheCounter(reader, "qn_controller_quantumnodes_policy",
 		"QuantumNodes by the reason of their PolicyCompliant condition (Compliant, PolicyViolation, PolicyError, Exempt; None: not audited yet), as this replica's cache sees them.",
-		[]string{"verdict"}, nil)}
-}
-
-// Describe implements prometheus.Collector.
-func (c *verdictCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-// Collect implements prometheus.Collector; every verdict is reported, zero
-// included.
-func (c *verdictCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	list := &qnv1alpha1.QuantumNodeList{}
-	if err := c.reader.List(ctx, list); err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("list QuantumNodes from the cache: %w", err))
-		return
-	}
-	counts := map[string]int{qnv1alpha1.ReasonCompliant: 0, qnv1alpha1.ReasonPolicyViolation: 0, qnv1alpha1.ReasonPolicyError: 0, qnv1alpha1.ReasonExempt: 0, phaseNone: 0}
-	for i := range list.Items {
-		verdict := phaseNone
-		if cond := findCondition(list.Items[i].Status.Conditions, qnv1alpha1.ConditionPolicyCompliant); cond != nil {
-			verdict = cond.Reason
-		}
-		counts[verdict]++
-	}
-	for v, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), v)
-	}
+		"verdict", []string{qnv1alpha1.ReasonCompliant, qnv1alpha1.ReasonPolicyViolation, qnv1alpha1.ReasonPolicyError, qnv1alpha1.ReasonExempt},
+		func(qn *qnv1alpha1.QuantumNode) string {
+			if cond := findCondition(qn.Status.Conditions, qnv1alpha1.ConditionPolicyCompliant); cond != nil {
+				return cond.Reason
+			}
+			return ""
+		})
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,6 +56,8 @@ type harness struct {
 	// cfg reaches the API server, for tests that start managers of their own.
 	cfg    *rest.Config
 	scheme *runtime.Scheme
+	// kubeconfig is an administrator's, for kube-controller-manager.
+	kubeconfig []byte
 }
 
 // writeCounter counts write requests per object, by Go type and key.
@@ -150,7 +151,7 @@ func startControlPlane(t testing.TB) *harness {
 
 func start() (h *harness, stop func(), err error) {
 	began := time.Now()
-	quantumNodes, err := crd.QuantumNode()
+	ours, err := crd.All()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -163,7 +164,7 @@ func start() (h *harness, stop func(), err error) {
 		return nil, nil, err
 	}
 	env := &envtest.Environment{
-		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{quantumNodes, policyReports},
+		CRDs:                  append(ours, policyReports),
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 	}
@@ -199,8 +200,16 @@ func start() (h *harness, stop func(), err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("create the manager: %w", err)
 	}
+	admin, err := env.AddUser(envtest.User{Name: "kube-controller-manager", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("provision a user for kube-controller-manager: %w", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("write the kubeconfig of kube-controller-manager: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h = &harness{metrics: prometheus.NewRegistry(), cache: mgr.GetClient(), writes: &writeCounter{counts: map[string]int{}}, cfg: cfg, scheme: scheme}
+	h = &harness{metrics: prometheus.NewRegistry(), cache: mgr.GetClient(), writes: &writeCounter{counts: map[string]int{}}, cfg: cfg, scheme: scheme, kubeconfig: kubeconfig}
 	h.reconciler = &Reconciler{
 		Client:                  countingClient{Client: mgr.GetClient(), writes: h.writes},
 		Metrics:                 h.metrics,
@@ -225,6 +234,7 @@ func start() (h *harness, stop func(), err error) {
 	}
 	fmt.Fprintf(os.Stderr, "envtest: control plane and manager up in %s\n", time.Since(began).Round(time.Millisecond))
 	return h, func() {
+		stopControllerManager()
 		cancel()
 		if err := <-done; err != nil {
 			fmt.Fprintf(os.Stderr, "envtest: the manager stopped with: %v\n", err)

@@ -16,37 +16,44 @@ import (
 // yet; an empty label value would read as an absent label.
 const phaseNone = "None"
 
-// phaseCollector serves qn_controller_quantumnodes{phase}. It counts at
-// scrape time from the informer cache instead of keeping counters up to
-// date in Reconcile: the numbers are then true by construction (deletes,
-// restarts and leader changes included) and no state lives in the process.
-// controller-runtime already exports reconcile counts, errors and durations
-// (controller_runtime_reconcile_*); this is the one thing it cannot know.
-type phaseCollector struct {
+// cacheCounter serves a gauge of QuantumNodes by one key (phase, audit
+// verdict, health), counted at scrape time from the informer cache instead
+// of counters kept up to date in Reconcile: the numbers are then true by
+// construction (deletes, restarts and leader changes included) and no
+// state lives in the process. Every key it knows is reported, zero
+// included, so a rule like qn_controller_quantumnodes{phase="Failed"} > 0
+// has a series to compare against. controller-runtime already exports
+// reconcile counts, errors and durations (controller_runtime_reconcile_*);
+// these are what it cannot know.
+type cacheCounter struct {
 	reader client.Reader
 	desc   *prometheus.Desc
+	// keys are always reported; keyOf gives a node's ("" counts as None).
+	keys  []string
+	keyOf func(*qnv1alpha1.QuantumNode) string
 	// timeout bounds one scrape; a cache that has not synced yet would
 	// otherwise hold the scrape until it has.
 	timeout time.Duration
 }
 
-func newPhaseCollector(reader client.Reader) *phaseCollector {
-	return &phaseCollector{
-		reader: reader,
-		desc: prometheus.NewDesc("qn_controller_quantumnodes",
-			"QuantumNodes by status.phase (None: no status yet), as this replica's cache sees them. Every replica reports it: aggregate with max, not sum.",
-			[]string{"phase"}, nil),
-		timeout: 5 * time.Second,
-	}
+func newCacheCounter(reader client.Reader, name, help, label string, keys []string, keyOf func(*qnv1alpha1.QuantumNode) string) *cacheCounter {
+	return &cacheCounter{reader: reader, desc: prometheus.NewDesc(name, help, []string{label}, nil),
+		keys: append(keys, phaseNone), keyOf: keyOf, timeout: 5 * time.Second}
+}
+
+// newPhaseCollector serves qn_controller_quantumnodes{phase}.
+func newPhaseCollector(reader client.Reader) *cacheCounter {
+	return newCacheCounter(reader, "qn_controller_quantumnodes",
+		"QuantumNodes by status.phase (None: no status yet), as this replica's cache sees them. Every replica reports it: aggregate with max, not sum.",
+		"phase", []string{string(qnv1alpha1.PhasePending), string(qnv1alpha1.PhaseProgressing), string(qnv1alpha1.PhaseReady), string(qnv1alpha1.PhaseFailed)},
+		func(qn *qnv1alpha1.QuantumNode) string { return string(qn.Status.Phase) })
 }
 
 // Describe implements prometheus.Collector.
-func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *cacheCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
-// Collect implements prometheus.Collector. Every phase is reported, zero
-// included, so a rule like qn_controller_quantumnodes{phase="Failed"} > 0
-// has a series to compare against.
-func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
+// Collect implements prometheus.Collector.
+func (c *cacheCounter) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	list := &qnv1alpha1.QuantumNodeList{}
@@ -54,19 +61,19 @@ func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("list QuantumNodes from the cache: %w", err))
 		return
 	}
-	counts := map[string]int{phaseNone: 0}
-	for _, p := range []qnv1alpha1.Phase{qnv1alpha1.PhasePending, qnv1alpha1.PhaseProgressing, qnv1alpha1.PhaseReady, qnv1alpha1.PhaseFailed} {
-		counts[string(p)] = 0
+	counts := make(map[string]int, len(c.keys))
+	for _, k := range c.keys {
+		counts[k] = 0
 	}
 	for i := range list.Items {
-		phase := string(list.Items[i].Status.Phase)
-		if phase == "" {
-			phase = phaseNone
+		k := c.keyOf(&list.Items[i])
+		if k == "" {
+			k = phaseNone
 		}
-		counts[phase]++
+		counts[k]++
 	}
-	for phase, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), phase)
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k)
 	}
 }
 

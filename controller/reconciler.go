@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,7 +29,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
-	"github.com/quantumnode/qn-admission/internal/health"
+	"github.com/quantumnode/qn-admission/controller/health"
+	"github.com/quantumnode/qn-admission/controller/remediation"
+	probes "github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -64,14 +68,23 @@ type Reconciler struct {
 	MaxRequeueDelay time.Duration
 	// Answers, when set, counts reconciles and failed ones (a lost write
 	// race is not a failure) for strict health's error ratio.
-	Answers *health.Answers
+	Answers *probes.Answers
 
-	quiet   *quiescence
-	metrics *auditMetrics
+	// ProbeWorkers bounds the active health checks running at once; 0
+	// means 16.
+	ProbeWorkers int
+
+	quiet       *quiescence
+	metrics     *auditMetrics
+	prober      *health.Prober
+	books       *remediation.Books
+	effects     *remediation.Effects
+	selfMetrics *selfHealMetrics
 }
 
 // NewScheme returns a scheme with every type the controller reads or writes:
-// the built-in kinds (Service, Node, Event) and QuantumNode.
+// the built-in kinds (Service, Node, Event, Pod, EndpointSlice,
+// ControllerRevision) and the qn.dev kinds.
 func NewScheme() (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -109,6 +122,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("register the QuantumNodes-by-phase gauge: %w", err)
 	}
 	r.quiet = newQuiescence(r.QuiescenceWindow, r.MaxRequeueDelay)
+	healing, err := r.setupSelfHealing(ctx, mgr)
+	if err != nil {
+		return err
+	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.Policies != nil {
 		var err error
@@ -123,12 +140,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			b = b.WatchesRawSource(sweeps)
 		}
 	}
-	err := b.
+	err = b.
 		Named("quantumnode").
 		For(&qnv1alpha1.QuantumNode{}).
 		Owns(&corev1.Service{}).
+		Owns(&appsv1.ControllerRevision{}).
 		Watches(&corev1.Service{}, foreignServiceHandler(r.Client)).
 		Watches(&corev1.Node{}, nodeHandler(r.Client), builder.WithPredicates(nodeFactsChanged())).
+		Watches(&discoveryv1.EndpointSlice{}, endpointSliceHandler(r.Client)).
+		Watches(&qnv1alpha1.QuantumNodeHealthPolicy{}, healthPolicyHandler(r.Client)).
+		WatchesRawSource(healing).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Complete(r)
 	if err != nil {
@@ -141,10 +162,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 // command's leader election included, is listed here, in one place;
 // `make rbac` generates config/rbac/role.yaml from these markers (a
 // free-standing comment: controller-gen reads package-level markers).
-// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes/status,verbs=update;patch
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodehealthpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnodehealthpolicies/status,verbs=update;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=qn-system,resources=leases,verbs=create
@@ -189,6 +216,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	now := metav1.NewTime(r.Clock.Now())
 	status := computeStatus(qn, node, svc, now)
+	if b := status.Binding; b != nil && (node == nil || b.NodeName != node.Name) {
+		// The spec or the label moved on since the Reschedule (or the new
+		// Node is gone): they win.
+		status.Binding = nil
+	}
 	if r.Policies != nil {
 		start := time.Now()
 		res, err := auditNode(ctx, r.Policies, qn)
@@ -200,12 +232,26 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		c.LastTransitionTime = now
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
-	if equality.Semantic.DeepEqual(qn.Status, status) {
-		return ctrl.Result{}, nil
+	heal, err := r.selfHeal(ctx, qn, node, &status, now.Time)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	if wait, held := r.quiet.hold(qn, now.Time); held {
+	result := ctrl.Result{RequeueAfter: heal.requeue}
+	if equality.Semantic.DeepEqual(qn.Status, status) {
+		return result, r.afterStatus(ctx, qn, heal)
+	}
+	if wait, held := r.quiet.hold(qn, now.Time); held && !heal.urgent {
 		logger.V(1).Info("status change held until the QuantumNode is quiescent", "after", wait)
-		return ctrl.Result{RequeueAfter: wait}, nil
+		return ctrl.Result{RequeueAfter: earliestWait(wait, heal.requeue)}, nil
+	}
+	if heal.rollback != nil {
+		// The spec goes back first; the status that records the rollback
+		// is then written on top of the stored result.
+		patched, err := r.applyRollback(ctx, qn, &status, heal.rollback)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		qn = patched
 	}
 	updated := qn.DeepCopy()
 	updated.Status = status
@@ -226,7 +272,18 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		logger.Info("phase changed", "from", from, "to", to, "reason", readyReason(status))
 	}
 	r.recordCompliance(updated, findCondition(qn.Status.Conditions, qnv1alpha1.ConditionPolicyCompliant), findCondition(status.Conditions, qnv1alpha1.ConditionPolicyCompliant))
-	return ctrl.Result{}, nil
+	return result, r.afterStatus(ctx, updated, heal)
+}
+
+// afterStatus runs self-healing's effects once the status that records
+// them is stored.
+func (r *Reconciler) afterStatus(ctx context.Context, qn *qnv1alpha1.QuantumNode, h *heal) error {
+	for _, f := range h.after {
+		if err := f(ctx, qn); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ensureService creates or restores the QuantumNode's Service and returns it
@@ -275,15 +332,11 @@ func (r *Reconciler) ensureService(ctx context.Context, qn *qnv1alpha1.QuantumNo
 // none: the Node named by spec.nodeName, else the one labelled
 // qn.dev/node=<name>.
 func (r *Reconciler) findNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) (*corev1.Node, error) {
+	if node, err := r.boundNode(ctx, qn); node != nil || err != nil {
+		return node, err
+	}
 	if qn.Spec.NodeName != "" {
-		node := &corev1.Node{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Name: qn.Spec.NodeName}, node); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("read Node %s: %w", qn.Spec.NodeName, err)
-		}
-		return node, nil
+		return r.getNode(ctx, qn.Spec.NodeName)
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes, client.MatchingLabels{qnv1alpha1.NodeLabel: qn.Name}); err != nil {
@@ -306,6 +359,42 @@ func (r *Reconciler) findNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) (
 		"Nodes %s all carry %s=%s; using %s. Label only one, or set spec.nodeName",
 		strings.Join(names, ", "), qnv1alpha1.NodeLabel, qn.Name, names[0])
 	return &nodes.Items[0], nil
+}
+
+// boundNode is the Node a Reschedule moved qn to (status.binding), or nil
+// when there is none or it no longer holds: the binding holds while the
+// spec still names the Node it named then and, for a node bound by label,
+// while no third Node carries the label (the label may still be on its
+// way from the old Node to the new one).
+func (r *Reconciler) boundNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) (*corev1.Node, error) {
+	b := qn.Status.Binding
+	if b == nil || b.SpecNodeName != qn.Spec.NodeName {
+		return nil, nil
+	}
+	if b.SpecNodeName == "" {
+		nodes := &corev1.NodeList{}
+		if err := r.Client.List(ctx, nodes, client.MatchingLabels{qnv1alpha1.NodeLabel: qn.Name}); err != nil {
+			return nil, fmt.Errorf("list Nodes labelled %s=%s: %w", qnv1alpha1.NodeLabel, qn.Name, err)
+		}
+		for _, n := range nodes.Items {
+			if n.Name != b.NodeName && n.Name != b.PreviousNodeName {
+				return nil, nil
+			}
+		}
+	}
+	return r.getNode(ctx, b.NodeName)
+}
+
+// getNode reads a Node from the cache; nil when it does not exist.
+func (r *Reconciler) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read Node %s: %w", name, err)
+	}
+	return node, nil
 }
 
 // recordTransition emits one event per phase change, after the status write

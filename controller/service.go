@@ -21,7 +21,7 @@ const (
 	// labelManagedBy names the controller that owns the Service.
 	labelManagedBy = "app.kubernetes.io/managed-by"
 	// labelQuantumNode names the QuantumNode the Service exposes.
-	labelQuantumNode = "qn.dev/quantumnode"
+	labelQuantumNode = qnv1alpha1.LabelQuantumNode
 	// managerName is the value of labelManagedBy, the events' reporting
 	// controller and the field manager of every write.
 	managerName = "qn-controller"

@@ -5,8 +5,10 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -24,16 +26,23 @@ const nodeKeyIndex = "qn.dev/nodeKey"
 
 // nodeKeyOf is the index function: "name:<spec.nodeName>" when the
 // QuantumNode names its Node, else "label:<its own name>", the value a Node
-// carries in qn.dev/node.
+// carries in qn.dev/node; and "name:<node>" of a Reschedule's binding.
 func nodeKeyOf(obj client.Object) []string {
 	qn, ok := obj.(*qnv1alpha1.QuantumNode)
 	if !ok {
 		return nil
 	}
+	var keys []string
 	if qn.Spec.NodeName != "" {
-		return []string{"name:" + qn.Spec.NodeName}
+		keys = append(keys, "name:"+qn.Spec.NodeName)
+	} else {
+		keys = append(keys, "label:"+qn.Name)
 	}
-	return []string{"label:" + qn.Name}
+	// A Reschedule's binding: the node now runs elsewhere.
+	if b := qn.Status.Binding; b != nil && b.NodeName != qn.Spec.NodeName {
+		keys = append(keys, "name:"+b.NodeName)
+	}
+	return keys
 }
 
 // nodeKeys are the index keys a Node answers to.
@@ -61,6 +70,53 @@ func nodeHandler(c client.Reader) handler.EventHandler {
 			}
 			for i := range list.Items {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			}
+		}
+		return reqs
+	})
+}
+
+// endpointSliceHandler maps an EndpointSlice to the QuantumNode whose
+// Service it belongs to (label kubernetes.io/service-name), when one of
+// that name exists in its namespace.
+func endpointSliceHandler(c client.Reader) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, slice client.Object) []reconcile.Request {
+		name := slice.GetLabels()[discoveryv1.LabelServiceName]
+		if name == "" {
+			return nil
+		}
+		key := client.ObjectKey{Namespace: slice.GetNamespace(), Name: name}
+		if err := c.Get(ctx, key, &qnv1alpha1.QuantumNode{}); err != nil {
+			return nil // not a QuantumNode's Service (or the cache stops)
+		}
+		return []reconcile.Request{{NamespacedName: key}}
+	})
+}
+
+// healthPolicyHandler maps a policy change to every QuantumNode it may
+// concern: those its selector matches now, and those judged by any policy
+// (a narrowed selector releases nodes, which then drop their health). A
+// rare event, so one pass over the cache is fine.
+func healthPolicyHandler(c client.Reader) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		p, ok := obj.(*qnv1alpha1.QuantumNodeHealthPolicy)
+		if !ok {
+			return nil
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.Selector)
+		if err != nil {
+			sel = labels.Nothing()
+		}
+		list := &qnv1alpha1.QuantumNodeList{}
+		if err := c.List(ctx, list); err != nil {
+			log.FromContext(ctx).Error(err, "list QuantumNodes for a health policy event", "policy", p.Name)
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range list.Items {
+			qn := &list.Items[i]
+			if qn.Status.Health != "" || sel.Matches(labels.Set(qn.Labels)) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(qn)})
 			}
 		}
 		return reqs

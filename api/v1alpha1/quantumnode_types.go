@@ -93,6 +93,19 @@ type QuantumNodeSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
+	// RevisionHistoryLimit is how many old spec revisions (ControllerRevisions)
+	// qn-controller keeps for rollback; default 10. The current revision and
+	// the last Ready one are always kept.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+	// ProgressDeadlineSeconds is how long a spec change may take to become
+	// Ready before it is reported as ProgressDeadlineExceeded (and rolled
+	// back, when a health policy asks for it); default 600.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // QuantumNodeStatus is the observed state of a QuantumNode, written by the
@@ -114,6 +127,25 @@ type QuantumNodeStatus struct {
 	// ObservedGeneration is the metadata.generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Health is the node's health under the QuantumNodeHealthPolicy that
+	// selects it; unset when none does.
+	// +optional
+	Health HealthState `json:"health,omitempty"`
+	// Remediation is the current, or the last, step of the repair ladder.
+	// +optional
+	Remediation *RemediationStatus `json:"remediation,omitempty"`
+	// RemediationHistory holds the last steps, newest first (at most 10),
+	// which the isolation rule counts.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	RemediationHistory []RemediationStatus `json:"remediationHistory,omitempty"`
+	// Binding is the Node a Reschedule moved the node to.
+	// +optional
+	Binding *NodeBinding `json:"binding,omitempty"`
+	// Rollout follows the spec's revisions.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
 }
 
 // Printer columns. Services prints the whole list: the apiserver's table
@@ -122,6 +154,7 @@ type QuantumNodeStatus struct {
 // +kubebuilder:printcolumn:name="Arch",type=string,JSONPath=`.spec.hardware.arch`
 // +kubebuilder:printcolumn:name="Services",type=string,JSONPath=`.spec.services`,description="Every service, name and port"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Health",type=string,JSONPath=`.status.health`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // QuantumNode is a machine that runs a set of services, declared by its

@@ -18,7 +18,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -54,7 +53,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		t.Fatal("KUBEBUILDER_ASSETS is empty: this test needs a real kube-apiserver and etcd. " +
 			"Run it with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
 	}
-	quantumNodes, err := crd.QuantumNode()
+	ours, err := crd.All()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +107,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 			t.Errorf("output does not say %q:\n%s", want, out)
 		}
 	})
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{quantumNodes}}); err != nil {
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: ours}); err != nil {
 		t.Fatalf("install the QuantumNode CRD: %v", err)
 	}
 

@@ -1,5 +1,6 @@
-// Package crd embeds the QuantumNode CustomResourceDefinition, the one copy
-// that tests, the Helm chart and the docs use.
+// Package crd embeds the CustomResourceDefinitions of qn.dev (QuantumNode,
+// QuantumNodeHealthPolicy), the one copy that tests, the Helm chart and the
+// docs use.
 package crd
 
 import (
@@ -17,6 +18,52 @@ const FileName = "qn.dev_quantumnodes.yaml"
 //
 //go:embed qn.dev_quantumnodes.yaml
 var QuantumNodeYAML []byte
+
+// HealthPolicyFileName is the QuantumNodeHealthPolicy manifest inside config/crd.
+const HealthPolicyFileName = "qn.dev_quantumnodehealthpolicies.yaml"
+
+// HealthPolicyYAML is the QuantumNodeHealthPolicy CRD manifest as on disk.
+//
+//go:embed qn.dev_quantumnodehealthpolicies.yaml
+var HealthPolicyYAML []byte
+
+// HealthPolicy decodes the embedded QuantumNodeHealthPolicy manifest into a
+// fresh CRD value.
+func HealthPolicy() (*apiextensionsv1.CustomResourceDefinition, error) {
+	crd, err := Decode(HealthPolicyYAML)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", HealthPolicyFileName, err)
+	}
+	return crd, nil
+}
+
+// Manifest is one embedded CRD manifest and its file name.
+type Manifest struct {
+	FileName string
+	YAML     []byte
+}
+
+// Manifests are the CRDs the chart's crds/ holds, in file-name order:
+// what qn-controller needs before it starts.
+func Manifests() []Manifest {
+	return []Manifest{
+		{FileName: HealthPolicyFileName, YAML: HealthPolicyYAML},
+		{FileName: FileName, YAML: QuantumNodeYAML},
+	}
+}
+
+// All decodes every qn.dev CRD, for tests that install them.
+func All() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, m := range append(Manifests(), Manifest{FileName: ScalerFileName, YAML: HorizontalQNScalerYAML}) {
+		crd, err := Decode(m.YAML)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.FileName, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
+}
 
 // QuantumNode decodes the embedded manifest into a fresh CRD value, which
 // the caller may change.

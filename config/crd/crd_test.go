@@ -35,6 +35,8 @@ spec:
   hardware:
     arch: arm64
   nodeName: worker-3
+  revisionHistoryLimit: 5
+  progressDeadlineSeconds: 300
   services:
   - name: grpc
     port: 9090
@@ -42,6 +44,7 @@ spec:
     port: 8080
 status:
   phase: Ready
+  health: Healthy
   observedGeneration: 2
   conditions:
   - type: Ready
@@ -451,7 +454,7 @@ func TestPrinterColumnsShowWhatKubectlShows(t *testing.T) {
 	for _, col := range table.ColumnDefinitions {
 		names = append(names, col.Name)
 	}
-	if want := []string{"Name", "Arch", "Services", "Phase", "Age"}; !slices.Equal(names, want) {
+	if want := []string{"Name", "Arch", "Services", "Phase", "Health", "Age"}; !slices.Equal(names, want) {
 		t.Errorf("columns = %v, want %v", names, want)
 	}
 	if len(table.Rows) != 1 {
@@ -466,6 +469,9 @@ func TestPrinterColumnsShowWhatKubectlShows(t *testing.T) {
 	}
 	if got := cells["Phase"]; got != "Ready" {
 		t.Errorf("Phase = %v, want Ready", got)
+	}
+	if got := cells["Health"]; got != "Healthy" {
+		t.Errorf("Health = %v, want Healthy", got)
 	}
 	// A JSONPath with [*] would show only the first service here.
 	services, _ := cells["Services"].(string)

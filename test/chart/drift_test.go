@@ -23,7 +23,7 @@ import (
 
 const regenerate = "run `go generate ./test/chart/` to copy it again"
 
-// The chart's crds/ holds exactly the project's one CRD manifest, byte for
+// The chart's crds/ holds exactly the project's CRD manifests, byte for
 // byte: the chart cannot drift from config/crd.
 func TestCRDIsTheProjectsOne(t *testing.T) {
 	dir := filepath.Join(Dir(), "crds")
@@ -35,20 +35,29 @@ func TestCRDIsTheProjectsOne(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{crd.FileName}) {
-		t.Fatalf("crds/ holds %v, want only %s", names, crd.FileName)
+	var want []string
+	for _, m := range crd.Manifests() {
+		want = append(want, m.FileName)
 	}
-	got, err := os.ReadFile(filepath.Join(dir, crd.FileName))
-	if err != nil {
-		t.Fatal(err)
+	if !slices.Equal(names, want) {
+		t.Fatalf("crds/ holds %v, want exactly %v", names, want)
 	}
-	if !bytes.Equal(got, crd.QuantumNodeYAML) {
-		t.Fatalf("charts/qn-admission/crds/%s differs from config/crd/%s: %s", crd.FileName, crd.FileName, regenerate)
-	}
-	// And Helm installs it as that CRD.
+	// And Helm installs them as those CRDs.
 	rel := render(t, "")
-	if len(rel.CRDs) != 1 || rel.CRDs[0] != string(crd.QuantumNodeYAML) {
-		t.Fatalf("Helm's crds/ objects are not the CRD manifest")
+	if len(rel.CRDs) != len(want) {
+		t.Fatalf("Helm installs %d objects from crds/, want %d", len(rel.CRDs), len(want))
+	}
+	for i, m := range crd.Manifests() {
+		got, err := os.ReadFile(filepath.Join(dir, m.FileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, m.YAML) {
+			t.Fatalf("charts/qn-admission/crds/%s differs from config/crd/%s: %s", m.FileName, m.FileName, regenerate)
+		}
+		if rel.CRDs[i] != string(m.YAML) {
+			t.Fatalf("Helm's crds/ object %d is not the manifest %s", i, m.FileName)
+		}
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -74,24 +73,20 @@ func AssetsDir() (string, error) {
 	return dir, nil
 }
 
-// StartCluster starts the control plane and installs the QuantumNode CRD
-// from its one source.
+// StartCluster starts the control plane and installs the qn.dev CRDs
+// from their one source.
 func StartCluster() (*Cluster, error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
 	}
-	qnCRD, err := crd.QuantumNode()
-	if err != nil {
-		return nil, err
-	}
-	scalerCRD, err := crd.HorizontalQNScaler()
+	ours, err := crd.All()
 	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{qnCRD, scalerCRD},
+		CRDs:                  ours,
 		ErrorIfCRDPathMissing: true,
 	}
 	dir, err := os.MkdirTemp("", "qn-e2e-")

@@ -147,16 +147,22 @@ func (p *Program) buildManager(ctx context.Context) error {
 }
 
 // requireCRD fails at once when the API server does not serve
-// QuantumNodes: the manager would otherwise wait minutes for a cache that
-// cannot sync.
+// QuantumNodes or QuantumNodeHealthPolicies (a chart upgrade does not
+// upgrade crds/): the manager would otherwise wait minutes for a cache
+// that cannot sync.
 func (p *Program) requireCRD(context.Context) error {
-	gk := qnv1alpha1.GroupVersionKind.GroupKind()
-	if _, err := p.Manager.GetRESTMapper().RESTMapping(gk, qnv1alpha1.Version); err != nil {
-		if meta.IsNoMatchError(err) {
-			return fmt.Errorf("the API server at %s does not serve %s: install the CRD first (kubectl apply -f config/crd/%s)",
-				p.Config.Host, qnv1alpha1.GroupVersionResource.GroupResource(), crd.FileName)
+	for _, want := range []struct{ kind, resource, file string }{
+		{qnv1alpha1.Kind, qnv1alpha1.Resource, crd.FileName},
+		{qnv1alpha1.HealthPolicyKind, qnv1alpha1.HealthPolicyResource, crd.HealthPolicyFileName},
+	} {
+		gvk := qnv1alpha1.GroupVersion.WithKind(want.kind)
+		if _, err := p.Manager.GetRESTMapper().RESTMapping(gvk.GroupKind(), qnv1alpha1.Version); err != nil {
+			if meta.IsNoMatchError(err) {
+				return fmt.Errorf("the API server at %s does not serve %s: install the CRD first (kubectl apply -f config/crd/%s)",
+					p.Config.Host, qnv1alpha1.GroupResource(want.resource), want.file)
+			}
+			return fmt.Errorf("look up %s on %s: %w", gvk, p.Config.Host, err)
 		}
-		return fmt.Errorf("look up %s on %s: %w", qnv1alpha1.GroupVersionKind, p.Config.Host, err)
 	}
 	return nil
 }
