@@ -183,6 +183,43 @@ func TestEvalDeadline(t *testing.T) {
 	}
 }
 
+// TestEvalDeadlineStopsBuiltins: the deadline stops a long built-in, not
+// only the steps between built-ins, on both evaluators. numbers.range of 20
+// million numbers runs for seconds and takes gigabytes when nothing stops it.
+func TestEvalDeadlineStopsBuiltins(t *testing.T) {
+	src := "package slow\ndeny contains \"never\" if { count(numbers.range(1, 20000000)) == 0 }\n"
+	c, err := Compile([]Module{{Path: "slow.rego", Source: src}}, nil, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.Prepare(context.Background(), []string{"slow"}, AllRules, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.program(); err != nil {
+		t.Fatalf("the query must run on the planned path: %v", err)
+	}
+	for name, eval := range map[string]func() error{
+		"planned": func() error { _, err := q.Eval(context.Background(), mustInput(t, `{}`)); return err },
+		"topdown": func() error { _, _, err := q.EvalTimed(context.Background(), mustInput(t, `{}`)); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			began := time.Now()
+			err := eval()
+			took := time.Since(began)
+			if !errors.Is(err, ErrEvalTimeout) {
+				t.Fatalf("want ErrEvalTimeout, got %v", err)
+			}
+			// Unstopped, the built-in takes seconds; stopped, it ends within
+			// a poll of the deadline. The bound is loose for loaded machines.
+			if took > 2*time.Second {
+				t.Fatalf("a 50ms deadline answered after %s: the built-in ran on", took)
+			}
+			t.Logf("stopped after %s: %v", took, err)
+		})
+	}
+}
+
 func TestDataIsVisibleToPolicies(t *testing.T) {
 	c, err := Compile([]Module{{Path: "z.rego", Source: "package z\ndeny contains \"zone not allowed\" if not input.zone in data.zones\n"}},
 		map[string]any{"zones": []any{"cn-shanghai"}}, CompileOptions{})

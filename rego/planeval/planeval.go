@@ -128,9 +128,10 @@ func (p *Program) Eval(ctx context.Context, input ast.Value) ([]*ast.Term, error
 	s := p.pool.Get().(*state)
 	defer s.release()
 	s.ctx = ctx
-	s.cancelled.Store(false)
+	s.gen++
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { s.cancelled.Store(true) })
+		gen := s.gen
+		stop := context.AfterFunc(ctx, func() { s.cancelledGen.Store(gen) })
 		defer stop()
 	}
 	s.memoReset()
@@ -184,14 +185,18 @@ func (b block) run(s *state, l []*ast.Term) (bool, uint32, error) {
 
 // state is one evaluation's mutable part, pooled between evaluations.
 type state struct {
-	prog      *Program
-	ctx       context.Context
-	cancelled atomic.Bool
-	stack     []*ast.Term
-	memo      []*ast.Term // per memoized function: its value, or undefinedMemo
-	results   []*ast.Term
-	now       *ast.Term
-	steps     int
+	prog *Program
+	ctx  context.Context
+	// gen numbers the evaluations of this pooled state; cancelledGen is the
+	// one whose context ended. A cancellation that fires late, for an
+	// evaluation already over, stores an older number and stops nothing.
+	gen          uint64
+	cancelledGen atomic.Uint64
+	stack        []*ast.Term
+	memo         []*ast.Term // per memoized function: its value, or undefinedMemo
+	results      []*ast.Term
+	now          *ast.Term
+	steps        int
 	// A built-in call's results (collectResult) and its cache, shared by
 	// the evaluation's calls as topdown shares one.
 	collect     func(*ast.Term) error
@@ -248,11 +253,21 @@ var errCancelled = &topdown.Error{Code: topdown.CancelErr, Message: "caller canc
 // evaluation once its context is done.
 func (s *state) check() error {
 	s.steps++
-	if s.cancelled.Load() {
+	if s.Cancelled() {
 		return errCancelled
 	}
 	return nil
 }
+
+// Cancelled reports whether this evaluation's context has ended. The state
+// is the topdown.Cancel of the built-ins it calls: long ones (numbers.range,
+// concat, regex.replace, net.cidr_expand) poll it and stop at the deadline,
+// as they do under topdown.
+func (s *state) Cancelled() bool { return s.cancelledGen.Load() == s.gen }
+
+// Cancel ends the current evaluation; part of topdown.Cancel, called only
+// from the evaluating goroutine (contexts cancel through Eval's AfterFunc).
+func (s *state) Cancel() { s.cancelledGen.Store(s.gen) }
 
 // call runs function fn with args (undefined args as nil) and returns its
 // value, or nil when undefined.
@@ -306,6 +321,7 @@ func (s *state) callBuiltin(fn *function, args []*ast.Term, loc *ast.Location) (
 	}
 	bctx := topdown.BuiltinContext{
 		Context:  s.ctx,
+		Cancel:   s,
 		Seed:     rand.Reader,
 		Time:     s.now,
 		Cache:    s.cache,
