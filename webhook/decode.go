@@ -11,6 +11,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -65,13 +67,18 @@ func readReviewBody(r *http.Request, maxBytes int64) ([]byte, *requestError) {
 	}
 	var body []byte
 	var err error
+	read := 0
 	if n := r.ContentLength; n > 0 {
 		// The apiserver always sends a length: one exact allocation instead
 		// of ReadAll's doubling, which would hold up to twice the body.
 		body = make([]byte, n)
-		_, err = io.ReadFull(r.Body, body)
+		read, err = io.ReadFull(r.Body, body)
 	} else {
 		body, err = io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
+		read = len(body)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, badRequest("", "the request body stalled: %d of %s bytes arrived before the body deadline; the apiserver sends a review at once", read, lengthOf(r))
 	}
 	if err != nil {
 		return nil, badRequest("", "read request body: %v", err)
@@ -116,6 +123,14 @@ func decodeBody(body []byte, maxElements int) (*admissionv1.AdmissionReview, *de
 		return nil, nil, badRequest("", "AdmissionReview request has no uid")
 	}
 	return review, objs, nil
+}
+
+// lengthOf is the declared body length for messages.
+func lengthOf(r *http.Request) string {
+	if r.ContentLength < 0 {
+		return "an undeclared number of"
+	}
+	return strconv.FormatInt(r.ContentLength, 10)
 }
 
 func tooLarge(maxBytes int64) *requestError {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -39,9 +41,20 @@ type HandlerOptions struct {
 	// which bounds memory; a request waits up to ReviewSlotWait for a slot
 	// and is then answered 429. Default DefaultMaxConcurrentReviews().
 	MaxConcurrentReviews int
-	// ReviewSlotWait bounds the wait for a review slot. Default 2s, well
-	// inside the webhook configurations' 5s timeout.
+	// ReviewSlotWait bounds the wait for a review slot, and for room under
+	// MaxRequestBytesInFlight. Default 2s, well inside the webhook
+	// configurations' 5s timeout.
 	ReviewSlotWait time.Duration
+	// MaxRequestBytesInFlight caps the request bytes held at once, from
+	// the first byte read to the answer: a count of reviews does not bound
+	// their bytes, and a review's decoded form is several times its body.
+	// A request waits up to ReviewSlotWait for room, then gets 429.
+	// Default DefaultMaxRequestBytesInFlight(MaxRequestBytes).
+	MaxRequestBytesInFlight int64
+	// RequestBodyTimeout bounds the arrival of a body once its headers are
+	// read; a stalled body gets 400 while the connection can still carry
+	// the answer. Default DefaultRequestBodyTimeout.
+	RequestBodyTimeout time.Duration
 	// KnownRole reports whether a role is one of the policy set's, so that
 	// only known roles become metric labels (the rest count as "unknown").
 	// Default: the roles of the Engine's current set when the Decider is a
@@ -86,6 +99,14 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	if opts.ReviewSlotWait <= 0 {
 		opts.ReviewSlotWait = DefaultReviewSlotWait
 	}
+	if opts.MaxRequestBytesInFlight <= 0 {
+		opts.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight(opts.MaxRequestBytes)
+	}
+	// A review of the largest accepted size must fit on its own.
+	opts.MaxRequestBytesInFlight = max(opts.MaxRequestBytesInFlight, opts.MaxRequestBytes)
+	if opts.RequestBodyTimeout <= 0 {
+		opts.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
 	if opts.KnownRole == nil {
 		opts.KnownRole = knownRoleOf(d)
 	}
@@ -102,7 +123,8 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.Use(recoverWithReview(opts.Logger))
-	h := &handler{decider: d, opts: opts, slots: make(chan struct{}, opts.MaxConcurrentReviews)}
+	h := &handler{decider: d, opts: opts, slots: make(chan struct{}, opts.MaxConcurrentReviews),
+		bytes: semaphore.NewWeighted(opts.MaxRequestBytesInFlight)}
 	r.POST(pathValidate, h.serve(policies.PathValidate))
 	r.POST(pathMutate, h.serve(policies.PathMutate))
 	r.NoMethod(func(c *gin.Context) {
@@ -121,6 +143,51 @@ type handler struct {
 	opts    HandlerOptions
 	// slots holds one token per review being decoded and evaluated.
 	slots chan struct{}
+	// bytes holds the bytes of the requests being read and judged.
+	bytes *semaphore.Weighted
+}
+
+// DefaultRequestBodyTimeout is how long a body may take after its headers:
+// the apiserver sends a review at once, and the server's write deadline
+// (30s from the headers) must leave room to answer.
+const DefaultRequestBodyTimeout = 10 * time.Second
+
+// DefaultMaxRequestBytesInFlight is a sixteenth of the Go memory limit
+// (GOMEMLIMIT, or the one qn-webhook derives from its container), at least
+// maxRequestBytes; without a limit, four times maxRequestBytes. A review's
+// decoded objects and the mutate path's copies take several times its
+// body, so this keeps the largest reviews at once well inside the limit.
+func DefaultMaxRequestBytesInFlight(maxRequestBytes int64) int64 {
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 {
+		return max(maxRequestBytes, limit/16)
+	}
+	return 4 * maxRequestBytes
+}
+
+// reserveBytes takes room for a request's body under
+// MaxRequestBytesInFlight before a byte of it is read: its declared length,
+// or the largest accepted body when it declares none. It waits up to
+// ReviewSlotWait.
+func (h *handler) reserveBytes(r *http.Request) (release func(), err *requestError) {
+	n := h.opts.MaxRequestBytes
+	if r.ContentLength >= 0 && r.ContentLength < n {
+		n = max(r.ContentLength, 1)
+	}
+	if h.bytes.TryAcquire(n) {
+		return func() { h.bytes.Release(n) }, nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.ReviewSlotWait)
+	defer cancel()
+	if e := h.bytes.Acquire(ctx, n); e != nil {
+		if r.Context().Err() != nil {
+			return nil, &requestError{status: http.StatusServiceUnavailable,
+				message: "the request ended while waiting for room to read it: qn-webhook is at its limit of request bytes in flight"}
+		}
+		return nil, &requestError{status: http.StatusTooManyRequests, message: fmt.Sprintf(
+			"qn-webhook is overloaded: reviews holding %d MiB (its limit of request bytes in flight) left no room for this %d-byte request within %s; the apiserver applies the webhook's failurePolicy, retry shortly",
+			h.opts.MaxRequestBytesInFlight>>20, n, h.opts.ReviewSlotWait)}
+	}
+	return func() { h.bytes.Release(n) }, nil
 }
 
 // DefaultReviewSlotWait is how long a request waits for a review slot.
@@ -199,6 +266,23 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			writeRequestError(c.Writer, reqErr)
 			tr.end(nil, d, reqErr.status)
 		}
+		if c.Request.ContentLength > h.opts.MaxRequestBytes {
+			// Refused before any room is reserved or a byte is read.
+			refuse(tooLarge(h.opts.MaxRequestBytes))
+			return
+		}
+		releaseBytes, reqErr := h.reserveBytes(c.Request)
+		if reqErr != nil {
+			if reqErr.status == http.StatusTooManyRequests {
+				c.Header("Retry-After", "1")
+			}
+			refuse(reqErr)
+			return
+		}
+		defer releaseBytes()
+		// A body that stalls is refused while the connection can still
+		// carry the answer (its write deadline is later).
+		_ = http.NewResponseController(c.Writer).SetReadDeadline(time.Now().Add(h.opts.RequestBodyTimeout))
 		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes)
 		if reqErr != nil {
 			refuse(reqErr)

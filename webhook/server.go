@@ -34,6 +34,14 @@ type Server struct {
 	Profiling bool
 	// GracePeriod bounds how long in-flight requests may drain.
 	GracePeriod time.Duration
+	// MaxConnections caps open admission connections (0: no cap). At the
+	// cap an idle or silent connection is closed to admit a new one; only
+	// connections serving a request are kept.
+	MaxConnections int
+	// HandshakeTimeout is how long a new connection has to finish its TLS
+	// handshake and send its first request's headers. Default
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 	// Logger receives the serving, draining and stopped lines.
 	Logger *slog.Logger
 }
@@ -43,8 +51,20 @@ type Server struct {
 // drains in-flight requests for at most GracePeriod. It closes both
 // listeners.
 func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) error {
+	checks := append([]health.Check(nil), s.Checks...)
+	var pool *connPool
+	if s.MaxConnections > 0 {
+		var reg prometheus.Registerer
+		if s.Registry != nil {
+			reg = s.Registry
+		}
+		pool = newConnPool(admissionLn, s.MaxConnections, s.HandshakeTimeout, reg)
+		admissionLn = pool
+		strict, detail := pool.saturationCheck(time.Now)
+		checks = append(checks, health.Check{Name: "connections", Strict: func(context.Context) error { return strict() }, Detail: detail})
+	}
 	var draining atomic.Bool
-	checks := append(append([]health.Check(nil), s.Checks...), health.Check{Name: "shutdown", Ready: func() error {
+	checks = append(checks, health.Check{Name: "shutdown", Ready: func() error {
 		if draining.Load() {
 			return errors.New("draining in-flight requests")
 		}
@@ -63,7 +83,10 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
+		ErrorLog:          newThrottledErrorLog(s.Logger, serverLogBurst, serverLogInterval),
+	}
+	if pool != nil {
+		admission.ConnState = pool.connState
 	}
 	probes := health.NewHandler(health.Options{Registerer: s.Registry, Gatherer: s.Registry, Checks: checks, Profiling: s.Profiling})
 	probe := &http.Server{Handler: probes, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}

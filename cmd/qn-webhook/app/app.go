@@ -69,6 +69,9 @@ type Program struct {
 	// AdmissionListener and ProbeListener are bound; Serve closes them.
 	AdmissionListener net.Listener
 	ProbeListener     net.Listener
+	// MaxConnections is the admission listener's connection cap:
+	// --max-connections, lowered to keep descriptors for probes and reloads.
+	MaxConnections int
 
 	closers []func()
 }
@@ -141,6 +144,9 @@ func (p *Program) Serve(ctx context.Context) error {
 		Profiling:   p.Options.Profiling,
 		GracePeriod: p.Options.ShutdownGracePeriod,
 		Logger:      p.Logger,
+
+		MaxConnections:   p.MaxConnections,
+		HandshakeTimeout: p.Options.HandshakeTimeout,
 	}
 	return server.Serve(ctx, p.AdmissionListener, p.ProbeListener)
 }
@@ -203,11 +209,14 @@ func (p *Program) buildHandler(context.Context) error {
 		MaxRequestBytes:      p.Options.MaxRequestBytes,
 		MaxRequestElements:   p.Options.MaxRequestElements,
 		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,
+		RequestBodyTimeout:   p.Options.RequestBodyTimeout,
 		Logger:               p.Logger,
-		DecisionLog:          decisionLog,
-		Metrics:              webhook.NewMetrics(p.Registry),
-		Answers:              p.Answers,
-		Tracer:               p.Tracer,
+
+		MaxRequestBytesInFlight: p.Options.MaxRequestBytesInFlight,
+		DecisionLog:             decisionLog,
+		Metrics:                 webhook.NewMetrics(p.Registry),
+		Answers:                 p.Answers,
+		Tracer:                  p.Tracer,
 	})
 	return nil
 }
@@ -312,7 +321,7 @@ func (p *Program) listen(context.Context) error {
 		p.Logger.Warn("admission connections capped below --max-connections to keep descriptors for probes and reloads",
 			"maxConnections", limit, "requested", o.MaxConnections, "fileDescriptorLimit", fdLimit)
 	}
-	admissionLn = limitConnections(admissionLn, limit)
+	p.MaxConnections = limit
 	probeLn, err := net.Listen("tcp", o.ProbeAddress)
 	if err != nil {
 		return fmt.Errorf("listen for probes on %s: %w", o.ProbeAddress, err)

@@ -1,15 +1,15 @@
 package app
 
 import (
-	"net"
 	"syscall"
-
-	"golang.org/x/net/netutil"
 )
 
 // DefaultMaxConnections caps open admission connections. The apiserver
 // keeps a handful of keep-alive connections per replica; a thousand leaves
 // room for many apiservers and stays well inside common descriptor limits.
+// At the cap, idle and silent connections make room for new ones
+// (webhook.Server), so the cap bounds descriptors without letting parked
+// sockets lock callers out.
 const DefaultMaxConnections = 1000
 
 // fdReserve is what the admission listener may never take of the
@@ -31,11 +31,4 @@ func connectionLimit(requested int) (limit int, fdLimit uint64) {
 		room = 1
 	}
 	return int(min(int64(requested), room)), rl.Cur
-}
-
-// limitConnections wraps the admission listener so that at most limit
-// connections are open at once; the next ones wait in the kernel's accept
-// queue instead of exhausting descriptors.
-func limitConnections(ln net.Listener, limit int) net.Listener {
-	return netutil.LimitListener(ln, limit)
 }

@@ -66,6 +66,17 @@ type Options struct {
 	// descriptors. It is lowered to the process's descriptor limit minus
 	// a reserve when that is smaller.
 	MaxConnections int
+	// HandshakeTimeout is how long a new admission connection has to
+	// finish its TLS handshake and send its first request's headers.
+	HandshakeTimeout time.Duration
+	// RequestBodyTimeout is how long a request's body may take to arrive
+	// once its headers have; a body that stalls gets 400.
+	RequestBodyTimeout time.Duration
+	// MaxRequestBytesInFlight caps the request bytes held at once, from
+	// the first byte read to the answer; beyond it a review waits for room,
+	// then gets 429. 0 derives it from the memory limit
+	// (webhook.DefaultMaxRequestBytesInFlight).
+	MaxRequestBytesInFlight int64
 	// ShutdownGracePeriod bounds how long in-flight requests may drain.
 	ShutdownGracePeriod time.Duration
 	// LogFormat is json or text.
@@ -122,6 +133,8 @@ func NewOptions() *Options {
 		MaxRequestElements:   webhook.DefaultMaxRequestElements,
 		MaxConcurrentReviews: webhook.DefaultMaxConcurrentReviews(),
 		MaxConnections:       DefaultMaxConnections,
+		HandshakeTimeout:     webhook.DefaultHandshakeTimeout,
+		RequestBodyTimeout:   webhook.DefaultRequestBodyTimeout,
 		ShutdownGracePeriod:  20 * time.Second,
 		LogFormat:            "json",
 		WindowStore:          WindowStoreMemory,
@@ -160,6 +173,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxRequestElements, "max-request-elements", o.MaxRequestElements, "Most JSON elements (object members and array items) in one AdmissionReview, counted before decoding; more get 413.")
 	fs.IntVar(&o.MaxConcurrentReviews, "max-concurrent-reviews", o.MaxConcurrentReviews, "Most reviews decoded and evaluated at once (bounds memory); more wait up to 2s for a slot, then get 429.")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "Most open connections on the admission listener; lowered to the file-descriptor limit minus a reserve for probes and reloads.")
+	fs.DurationVar(&o.HandshakeTimeout, "handshake-timeout", o.HandshakeTimeout, "How long a new admission connection has to finish its TLS handshake and send its first request's headers; silent connections are closed.")
+	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", o.RequestBodyTimeout, "How long a request body may take to arrive after its headers; a stalled body gets 400.")
+	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "Most request bytes held at once, from the first byte read until the answer (bounds memory under large reviews); more wait up to 2s, then get 429. 0: an eighth of the Go memory limit, at least --max-request-bytes (4 times it without a limit).")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
@@ -193,6 +209,14 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-concurrent-reviews must be positive, got %d", o.MaxConcurrentReviews)
 	case o.MaxConnections <= 0:
 		return fmt.Errorf("--max-connections must be positive, got %d", o.MaxConnections)
+	case o.HandshakeTimeout <= 0:
+		return fmt.Errorf("--handshake-timeout must be positive, got %s", o.HandshakeTimeout)
+	case o.RequestBodyTimeout <= 0:
+		return fmt.Errorf("--request-body-timeout must be positive, got %s", o.RequestBodyTimeout)
+	case o.MaxRequestBytesInFlight < 0:
+		return fmt.Errorf("--max-request-bytes-in-flight must not be negative, got %d", o.MaxRequestBytesInFlight)
+	case o.MaxRequestBytesInFlight > 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes:
+		return fmt.Errorf("--max-request-bytes-in-flight (%d) must be at least --max-request-bytes (%d), or the largest review could never be read", o.MaxRequestBytesInFlight, o.MaxRequestBytes)
 	case o.LogFormat != "json" && o.LogFormat != "text":
 		return fmt.Errorf("--log-format must be json or text, got %q", o.LogFormat)
 	case o.WindowStore != WindowStoreMemory && o.WindowStore != WindowStoreRedis:
