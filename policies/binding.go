@@ -64,12 +64,15 @@ func (t *RoleTable) bind(in *Input) binding {
 	if f.Operation == "DELETE" && matchesAny(controlPlaneDeleters, f.User) {
 		return binding{exempt: "control plane: " + f.User + " deletes for the cluster"}
 	}
-	switch f.Operation {
-	case "UPDATE", "DELETE":
-		if !in.hasOldObject() {
-			d := BadRequest(fmt.Sprintf("request.oldObject is missing: a %s must carry the stored object, whose qn-role annotation decides the role that judges it", f.Operation))
-			return binding{refusal: &d}
-		}
+	// Malformed requests are refused on both webhooks alike (400): the
+	// API server always sends these objects, only a forger omits them.
+	if (f.Operation == "CREATE" || f.Operation == "UPDATE") && !in.hasObject() {
+		d := BadRequest(fmt.Sprintf("request.object is missing: a %s must carry the object it writes", f.Operation))
+		return binding{refusal: &d}
+	}
+	if (f.Operation == "UPDATE" || f.Operation == "DELETE") && !in.hasOldObject() {
+		d := BadRequest(fmt.Sprintf("request.oldObject is missing: a %s must carry the stored object, whose qn-role annotation decides the role that judges it", f.Operation))
+		return binding{refusal: &d}
 	}
 	switch f.Operation {
 	case "UPDATE":

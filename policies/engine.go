@@ -183,6 +183,12 @@ func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool)
 }
 
 func (e *Engine) mutate(ctx context.Context, p *Plan, in *Input) Decision {
+	if p.Refusal != nil && p.Refusal.Code == http.StatusBadRequest {
+		// A malformed request gets the validating webhook's 400 here too.
+		return *p.Refusal
+	}
+	// Any other refusal is the validating webhook's to answer: mutation
+	// never denies, and the request passes unpatched.
 	if p.Exempt != "" || p.Refusal != nil {
 		return Allow()
 	}

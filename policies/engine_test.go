@@ -150,12 +150,45 @@ func TestMutate(t *testing.T) {
 	e := bundledEngine(t)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := e.Mutate(context.Background(), qnInput(tc.op, tc.object, ""))
+			old := ""
+			if tc.op == "UPDATE" {
+				old = tc.object
+			}
+			d := e.Mutate(context.Background(), qnInput(tc.op, tc.object, old))
 			if !d.Allowed || d.Code != http.StatusOK {
 				t.Fatalf("mutation should admit, got %+v", d)
 			}
 			if string(d.Patch) != tc.wantPatch {
 				t.Fatalf("patch %s, want %s", d.Patch, tc.wantPatch)
+			}
+		})
+	}
+}
+
+// TestBothWebhooksRefuseMalformedRequestsAlike: a write without the object
+// it writes, or an UPDATE or DELETE without the stored object, is a forged
+// request; the mutating webhook refuses it with the validating webhook's
+// 400, instead of admitting it (or failing with a 500).
+func TestBothWebhooksRefuseMalformedRequestsAlike(t *testing.T) {
+	e := bundledEngine(t)
+	for name, tc := range map[string]struct {
+		op, object, old, want string
+	}{
+		"a CREATE without its object":   {op: "CREATE", want: "request.object is missing: a CREATE"},
+		"an UPDATE without its object":  {op: "UPDATE", old: validNode, want: "request.object is missing: a UPDATE"},
+		"an UPDATE without the old one": {op: "UPDATE", object: validNode, want: "request.oldObject is missing: a UPDATE"},
+		"a DELETE without the old one":  {op: "DELETE", want: "request.oldObject is missing: a DELETE"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			validated := e.Validate(context.Background(), qnInput(tc.op, tc.object, tc.old))
+			mutated := e.Mutate(context.Background(), qnInput(tc.op, tc.object, tc.old))
+			for path, d := range map[string]Decision{"validate": validated, "mutate": mutated} {
+				if d.Allowed || d.Code != http.StatusBadRequest || !strings.Contains(d.Message, tc.want) {
+					t.Errorf("%s: want a 400 saying %q, got %+v", path, tc.want, d)
+				}
+			}
+			if validated.Message != mutated.Message {
+				t.Errorf("the two webhooks answer differently:\n validate %s\n mutate   %s", validated.Message, mutated.Message)
 			}
 		})
 	}

@@ -73,6 +73,9 @@ func decodeGoObject(field string, raw []byte) (map[string]any, error) {
 // hasOldObject reports whether the request carries the stored object.
 func (in *Input) hasOldObject() bool { return in.OldObject != nil || in.OldObjectValue != nil }
 
+// hasObject says the request carries the object it writes.
+func (in *Input) hasObject() bool { return in.Object != nil || in.ObjectValue != nil }
+
 // oldAnnotation reads metadata.annotations[key] of the stored object; ""
 // when absent or not a string.
 func (in *Input) oldAnnotation(key string) string {

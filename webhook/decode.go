@@ -122,6 +122,9 @@ func decodeBody(body []byte, maxElements int) (*admissionv1.AdmissionReview, *de
 	if review.Request.UID == "" {
 		return nil, nil, badRequest("", "AdmissionReview request has no uid")
 	}
+	if n := len(review.Request.UID); n > maxUIDBytes {
+		return nil, nil, badRequest("", "AdmissionReview request uid is %d bytes; the API server sends a UUID (at most %d bytes accepted)", n, maxUIDBytes)
+	}
 	return review, objs, nil
 }
 
@@ -138,8 +141,13 @@ func tooLarge(maxBytes int64) *requestError {
 		message: fmt.Sprintf("request body exceeds %d bytes; an AdmissionReview is at most %d MiB", maxBytes, maxBytes>>20)}
 }
 
+// maxUIDBytes bounds the request uid we echo: the API server's are
+// 36-character UUIDs; a longer one is a forgery and is not echoed.
+const maxUIDBytes = 128
+
+// uidOf is the uid to echo in an answer: "" when absent or too long.
 func uidOf(review *admissionv1.AdmissionReview) types.UID {
-	if review == nil || review.Request == nil {
+	if review == nil || review.Request == nil || len(review.Request.UID) > maxUIDBytes {
 		return ""
 	}
 	return review.Request.UID

@@ -68,11 +68,14 @@ func auditAnnotations(d policies.Decision) map[string]string {
 		return nil // refused before the engine ran: a malformed request
 	}
 	a := map[string]string{"revision": d.Revision, "decision": outcome(d)}
+	// The role may be any annotation value a caller wrote and the exemption
+	// names the user: clipped as in the decision log, so the API server's
+	// audit log does not carry a caller-sized value per request.
 	if d.Role != "" {
-		a["role"] = d.Role
+		a["role"] = field(d.Role)
 	}
 	if d.Exempt != "" {
-		a["exempt"] = d.Exempt
+		a["exempt"] = field(d.Exempt)
 	}
 	if w := d.Window; w != nil {
 		a["window"] = fmt.Sprintf("%d/%d per %gs by %s", w.Count, w.Limit, w.PeriodSeconds, w.Key)

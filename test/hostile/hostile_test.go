@@ -128,19 +128,36 @@ func TestMadeUpRolesDoNotGrowMetrics(t *testing.T) {
 }
 
 // TestHugeCallerStringsAreClipped is findings 2 and 7: 1 MiB usernames,
-// uids and roles used to make 1 MiB decision lines and answers.
+// uids and roles used to make 1 MiB decision lines and answers; the role
+// also came back whole in the answer's audit annotations, which the API
+// server writes to its audit log. Both webhooks answer a few KiB.
 func TestHugeCallerStringsAreClipped(t *testing.T) {
 	s := start(t)
 	huge := strings.Repeat("u", 1<<20)
 	for i := range 50 {
-		uid := fmt.Sprintf("%d-%s", i, huge)
-		r := s.post("/validate", review(uid, huge, "CREATE", node("edge-1", map[string]string{"qn-role": huge}, services(1))))
-		if r.status != 200 || r.review.Response.Allowed || string(r.review.Response.UID) != uid {
-			t.Fatalf("want a denial that echoes the uid, got HTTP %d", r.status)
+		path := [...]string{"/validate", "/mutate"}[i%2]
+		uid := fmt.Sprintf("uid-%d", i)
+		r := s.post(path, review(uid, huge, "CREATE", node("edge-1", map[string]string{"qn-role": huge}, services(1))))
+		if r.status != 200 || string(r.review.Response.UID) != uid {
+			t.Fatalf("%s: want an answer that echoes the uid, got HTTP %d", path, r.status)
 		}
-		if m := r.message(); len(m) > 4096+32 || !strings.Contains(m, "names no known role") || !strings.Contains(m, "bytes)") {
+		if len(r.raw) > 16<<10 {
+			t.Fatalf("%s: a 1 MiB user and role made a %d-byte answer: %.300s…", path, len(r.raw), r.raw)
+		}
+		if role := r.review.Response.AuditAnnotations["role"]; len(role) > 300 {
+			t.Fatalf("%s: the role audit annotation is %d bytes", path, len(role))
+		}
+		if path == "/mutate" {
+			continue // mutation never denies: the validating webhook says why
+		}
+		if m := r.message(); r.review.Response.Allowed || len(m) > 4096+32 || !strings.Contains(m, "names no known role") || !strings.Contains(m, "bytes)") {
 			t.Fatalf("want the denial clipped to 4 KiB and still saying why, got %d bytes: %.200s…", len(m), m)
 		}
+	}
+	// A uid is echoed whole or not at all: a forged 1 MiB one is refused.
+	r := s.post("/validate", review("x-"+huge, "alice", "CREATE", node("edge-1", nil, services(1))))
+	if r.status != 400 || r.review.Response.UID != "" || !strings.Contains(r.message(), "uid is") || len(r.raw) > 4<<10 {
+		t.Fatalf("a 1 MiB uid: want 400 without it, got HTTP %d, %d bytes: %.300s", r.status, len(r.raw), r.raw)
 	}
 	longest := 0
 	for line := range strings.SplitSeq(s.proc.Logs(), "\n") {
@@ -151,7 +168,7 @@ func TestHugeCallerStringsAreClipped(t *testing.T) {
 	}
 	s.normalStillWorks()
 	st := s.memory()
-	t.Logf("after 50 reviews of 3 MiB caller strings: RSS %.1f MiB, peak %.1f MiB, longest log line %d bytes", mib(st.RSS), mib(st.HWM), longest)
+	t.Logf("after 50 reviews of 2 MiB caller strings: RSS %.1f MiB, peak %.1f MiB, longest log line %d bytes", mib(st.RSS), mib(st.HWM), longest)
 }
 
 // TestLargeObjectsAreBounded is finding 3: a schema-valid QuantumNode with
