@@ -125,8 +125,17 @@ func New(policy *ir.Policy, name string, data ast.Value) (*Program, error) {
 // Eval evaluates the plan with input and returns its result set: one value
 // per ResultSetAddStmt reached (a query's bindings object).
 func (p *Program) Eval(ctx context.Context, input ast.Value) ([]*ast.Term, error) {
+	results, _, err := p.EvalSteps(ctx, input)
+	return results, err
+}
+
+// EvalSteps is Eval that also counts the steps taken (function calls and
+// loop iterations): a measure of a policy's work that does not depend on
+// the machine's load, for tests that hold a rule's cost to its input size.
+func (p *Program) EvalSteps(ctx context.Context, input ast.Value) ([]*ast.Term, int, error) {
 	s := p.pool.Get().(*state)
 	defer s.release()
+	s.steps = 0
 	s.ctx = ctx
 	s.gen++
 	if ctx.Done() != nil {
@@ -141,11 +150,11 @@ func (p *Program) Eval(ctx context.Context, input ast.Value) ([]*ast.Term, error
 	locals[1] = p.data
 	for _, b := range p.plan {
 		if _, _, err := b.run(s, locals); err != nil {
-			return nil, err
+			return nil, s.steps, err
 		}
 	}
 	// The state (and its results slice) goes back to the pool on return.
-	return slices.Clone(s.results), nil
+	return slices.Clone(s.results), s.steps, nil
 }
 
 // A function is a planned rule or function, or a built-in.
