@@ -29,12 +29,13 @@ func TestEightCraftedReviewsAtEveryLimitAtOnce(t *testing.T) {
 // TestEightCraftedMutationsAtOnceStayInsideTheChartsLimit: the same eight
 // crafted reviews on /mutate, whose decoded copies cost more, with the
 // memory settings the chart gives (a 256 MiB container: GOMEMLIMIT=192MiB).
-// A count of concurrent reviews did not bound their bytes (298 MiB); the
-// request bytes in flight do: the process stays under the container's
-// limit, and reviews beyond the byte budget get a clear 429.
+// A count of concurrent reviews did not bound their bytes (216-298 MiB);
+// the request bytes in flight do: the process stays under its soft limit,
+// three quarters of the container's (measured: 136 MiB), and reviews
+// beyond the byte budget wait or get a clear 429.
 func TestEightCraftedMutationsAtOnceStayInsideTheChartsLimit(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "192MiB")
-	eightAtOnce(t, "/mutate", 256<<20, 12, 256<<10, 8000)
+	eightAtOnce(t, "/mutate", 192<<20, 12, 256<<10, 8000)
 }
 
 func eightAtOnce(t *testing.T, path string, bound uint64, annotationCount, annotationBytes, labelCount int) {
