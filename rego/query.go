@@ -194,11 +194,8 @@ func (q *Query) Packages() []string { return q.packages }
 // document). An error means the decision is unknown: the caller applies its
 // on-error policy.
 func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalOption) (Result, error) {
-	if q.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, q.timeout)
-		defer cancel()
-	}
+	ctx, done, stoppedForMemory := q.guarded(ctx)
+	defer done()
 	var bindings map[string]any
 	var err error
 	switch {
@@ -212,10 +209,7 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 		bindings, err = q.evalPrepared(ctx, input, opts)
 	}
 	if err != nil {
-		if topdown.IsCancel(err) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Result{}, fmt.Errorf("%w (%s): %v", ErrEvalTimeout, q.timeout, err)
-		}
-		return Result{}, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
+		return Result{}, q.failure(ctx, err, stoppedForMemory)
 	}
 	return q.result(bindings)
 }

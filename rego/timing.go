@@ -2,8 +2,6 @@ package rego
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -24,19 +22,13 @@ type PackageTime struct {
 // Eval: meant for requests whose trace is recorded, never the default path.
 // The answer is Eval's.
 func (q *Query) EvalTimed(ctx context.Context, input ast.Value) (Result, []PackageTime, error) {
-	if q.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, q.timeout)
-		defer cancel()
-	}
+	ctx, done, stoppedForMemory := q.guarded(ctx)
+	defer done()
 	timer := &packageTimer{}
 	bindings, err := q.evalDirect(ctx, input, timer)
 	timer.close(time.Now())
 	if err != nil {
-		if topdown.IsCancel(err) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Result{}, timer.times, fmt.Errorf("%w (%s): %v", ErrEvalTimeout, q.timeout, err)
-		}
-		return Result{}, timer.times, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
+		return Result{}, timer.times, q.failure(ctx, err, stoppedForMemory)
 	}
 	res, err := q.result(bindings)
 	return res, timer.times, err

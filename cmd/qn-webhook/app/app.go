@@ -16,9 +16,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -35,6 +37,7 @@ import (
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/policies/scalerspec"
 	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/rego"
 	"github.com/quantumnode/qn-admission/webhook"
 )
 
@@ -189,7 +192,29 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 		Name: "errors", Strict: p.Answers.RatioCheck(o.Strict.MaxErrorRatio), Detail: p.Answers.Detail,
 	})
 	p.Tasks = append(p.Tasks, Task{Name: "policy watcher", Run: func(ctx context.Context) error { return source.Run(ctx, p.Engine) }})
+	p.guardEvaluationMemory()
 	return nil
+}
+
+// guardEvaluationMemory stops long policy evaluations while the live heap
+// is above half the Go memory limit: a deadline bounds an evaluation's
+// time, not what a built-in allocates within it. Without a limit there is
+// nothing to guard against.
+func (p *Program) guardEvaluationMemory() {
+	limit := debug.SetMemoryLimit(-1)
+	if limit <= 0 || limit == math.MaxInt64 {
+		return
+	}
+	threshold := uint64(limit / 2)
+	p.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "qn_admission_policy_evaluations_stopped_for_memory_total",
+		Help: "Policy evaluations stopped because the live heap passed half the Go memory limit while they ran (answered with the role's onError).",
+	}, func() float64 { return float64(rego.StoppedForMemory()) }))
+	p.Tasks = append(p.Tasks, Task{Name: "policy evaluation memory guard", Run: func(ctx context.Context) error {
+		rego.GuardMemory(ctx, threshold)
+		return nil
+	}})
+	p.Logger.Info("policy evaluations are stopped when the live heap passes half the memory limit", "thresholdBytes", threshold)
 }
 
 // buildHandler opens the decision log and builds the admission handler.
