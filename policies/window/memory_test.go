@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -802,5 +804,31 @@ func TestNewMemoryStoreOptions(t *testing.T) {
 func TestLimitString(t *testing.T) {
 	if got := realtime.String(); got != "120 per 1m0s" {
 		t.Fatalf("String() = %q", got)
+	}
+}
+
+// TestMemoryStoreMetricsReadItsStats: the keys and evictions a scrape
+// shows are the store's at that moment.
+func TestMemoryStoreMetricsReadItsStats(t *testing.T) {
+	s, clk := newStore(MemoryOptions{MaxKeys: 2, Shards: 1})
+	reg := prometheus.NewRegistry()
+	RegisterMemoryStore(reg, "memory", s)
+	long := Limit{Count: 1, Period: time.Minute}
+	take(t, s, "a", Limit{Count: 1, Period: time.Second}, "")
+	take(t, s, "b", long, "")
+	clk.Step(2 * time.Second) // a is idle
+	take(t, s, "c", long, "") // evicts idle a
+	take(t, s, "d", long, "") // evicts active b
+	want := `
+# HELP qn_window_store_evictions_total Window keys an in-process store dropped, by reason: idle (nothing left in the window; no decision changes) or active (dropped to stay under MaxKeys while changes still counted: each lets a requester start over, so a non-zero rate means MaxKeys is too small).
+# TYPE qn_window_store_evictions_total counter
+qn_window_store_evictions_total{reason="active",store="memory"} 1
+qn_window_store_evictions_total{reason="idle",store="memory"} 1
+# HELP qn_window_store_keys Window keys (requesters, namespaces or roles with a window) an in-process store holds; at most its MaxKeys.
+# TYPE qn_window_store_keys gauge
+qn_window_store_keys{store="memory"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -70,3 +70,36 @@ func (m *StoreMetrics) up(store string, up bool) {
 	}
 	m.upGauge.WithLabelValues(store).Set(v)
 }
+
+// RegisterMemoryStore exports a MemoryStore's size and evictions, read at
+// scrape time, labelled with the store's role: "memory" for the store of
+// --window-store memory, "local" for the fallback in which a shared store's
+// fail-open roles count.
+func RegisterMemoryStore(reg prometheus.Registerer, name string, s *MemoryStore) {
+	labels := prometheus.Labels{"store": name}
+	reg.MustRegister(&memoryStoreCollector{
+		store: s,
+		keys: prometheus.NewDesc("qn_window_store_keys",
+			"Window keys (requesters, namespaces or roles with a window) an in-process store holds; at most its MaxKeys.", nil, labels),
+		evictions: prometheus.NewDesc("qn_window_store_evictions_total",
+			"Window keys an in-process store dropped, by reason: idle (nothing left in the window; no decision changes) or active (dropped to stay under MaxKeys while changes still counted: each lets a requester start over, so a non-zero rate means MaxKeys is too small).",
+			[]string{"reason"}, labels),
+	})
+}
+
+type memoryStoreCollector struct {
+	store           *MemoryStore
+	keys, evictions *prometheus.Desc
+}
+
+func (c *memoryStoreCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.keys
+	ch <- c.evictions
+}
+
+func (c *memoryStoreCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.store.Stats()
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.IdleEvictions), "idle")
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.ActiveEvictions), "active")
+}

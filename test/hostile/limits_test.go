@@ -103,3 +103,26 @@ func TestRepeatedServiceValuesAreJudgedWithinTheDeadline(t *testing.T) {
 	s.normalStillWorks()
 	s.memory()
 }
+
+// TestManyRequestersShowInTheWindowStoreMetrics: each forged username is a
+// window key of the in-process store; their number (bounded by the
+// store's cap) and the evictions are on /metrics, where they used to be
+// invisible.
+func TestManyRequestersShowInTheWindowStoreMetrics(t *testing.T) {
+	s := start(t)
+	const users = 300
+	for i := range users {
+		r := s.post("/validate", review(fmt.Sprintf("user-%d", i), fmt.Sprintf("forged-%d", i), "CREATE", node("edge-1", nil, services(1))))
+		if r.status != 200 || !r.review.Response.Allowed {
+			t.Fatalf("review %d: HTTP %d %.300s", i, r.status, r.raw)
+		}
+	}
+	// normalStillWorks' own user adds one more key.
+	s.normalStillWorks()
+	if keys := s.metric(`qn_window_store_keys{store="memory"}`); keys != users+1 {
+		t.Fatalf("qn_window_store_keys = %v after %d distinct requesters and one more, want %d", keys, users, users+1)
+	}
+	if v := s.metric(`qn_window_store_evictions_total{reason="active",store="memory"}`); v != 0 {
+		t.Fatalf("active evictions = %v far below the cap, want 0", v)
+	}
+}

@@ -22,7 +22,15 @@ import (
 func (p *Program) buildWindows(ctx context.Context) error {
 	o := p.Options
 	opts := window.GuardOptions{Name: WindowStoreMemory, Timeout: o.WindowStoreTimeout, Metrics: window.NewStoreMetrics(p.Registry)}
-	var store window.Store = window.NewMemoryStore(nil, window.MemoryOptions{})
+	memory := window.NewMemoryStore(nil, window.MemoryOptions{})
+	var store window.Store = memory
+	if o.WindowStore == WindowStoreMemory {
+		window.RegisterMemoryStore(p.Registry, WindowStoreMemory, memory)
+	} else {
+		// The local window of fail-open roles while the shared store fails.
+		opts.Fallback = memory
+		window.RegisterMemoryStore(p.Registry, "local", memory)
+	}
 	if o.WindowStore == WindowStoreRedis {
 		cfg := o.Redis
 		cfg.Timeout = o.WindowStoreTimeout
