@@ -156,6 +156,10 @@ var scenarios = map[string]map[string]scenario{
 		"429s without a role":                         {series: `qn_admission_requests_total{` + web + `,webhook="validate",role="",decision="denied",code="429"} 0+3x40`, after: 10 * time.Minute, firing: true},
 		"429s of a full rate window are not overload": {series: `qn_admission_requests_total{` + web + `,webhook="validate",role="realtime",decision="denied",code="429"} 0+3x40`, after: 10 * time.Minute},
 	},
+	"QnAdmissionConnectionsSaturated": {
+		"connections keep waiting for a slot": {series: `qn_admission_connection_waits_total{` + web + `} 0+2x40`, after: 10 * time.Minute, firing: true},
+		"no connection waited":                {series: `qn_admission_connection_waits_total{` + web + `} 5x40`, after: 10 * time.Minute},
+	},
 	"QnAdmissionStrictHealthFailing": {
 		"the errors check fails": {series: `qn_health_check_failing{` + web + `,check="errors"} 1x40`, after: 10 * time.Minute, firing: true},
 		"every check passes":     {series: `qn_health_check_failing{` + web + `,check="errors"} 0x40`, after: 10 * time.Minute},

@@ -70,7 +70,7 @@ violation contains msg if {
 	arch := object.get(spec, ["hardware", "arch"], null)
 	arch != null
 	not arch in arches
-	msg := sprintf("spec.hardware.arch %s is not supported; use one of amd64, arm64", [json.marshal(arch)])
+	msg := sprintf("spec.hardware.arch %s is not supported; use one of amd64, arm64", [shown(arch)])
 }
 
 violation contains "spec.services must list at least one service" if {
@@ -82,7 +82,7 @@ violation contains msg if {
 	judged
 	some i, svc in services
 	not is_object(svc)
-	msg := sprintf("spec.services[%d] must be an object with name and port, got %s", [i, json.marshal(svc)])
+	msg := sprintf("spec.services[%d] must be an object with name and port, got %s", [i, shown(svc)])
 }
 
 violation contains msg if {
@@ -98,7 +98,7 @@ violation contains msg if {
 	some i, svc in services
 	name := svc.name
 	not dns_label(name)
-	msg := sprintf("spec.services[%d].name %s is not a DNS label: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", [i, json.marshal(name)])
+	msg := sprintf("spec.services[%d].name %s is not a DNS label: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", [i, shown(name)])
 }
 
 violation contains msg if {
@@ -114,29 +114,48 @@ violation contains msg if {
 	some i, svc in services
 	port := svc.port
 	not valid_port(port)
-	msg := sprintf("spec.services[%d].port %s is out of range: use a whole number from 1 to 65535", [i, json.marshal(port)])
-}
-
-# The two duplicate rules stay linear in the number of services: `places` is
-# a comprehension assigned to a variable that closes over name (port), which
-# OPA indexes once per evaluation, so each lookup is not a scan. Keep that
-# shape (inside count(...) it would not be indexed); TestDuplicateRulesStayLinear
-# in rego/ fails if it stops holding.
-violation contains msg if {
-	judged
-	some name in {s.name | some s in services}
-	places := [sprintf("spec.services[%d]", [i]) | some i, s in services; s.name == name]
-	count(places) > 1
-	msg := sprintf("service name %s is declared %d times (%s); service names must be unique", [json.marshal(name), count(places), concat(", ", places)])
+	msg := sprintf("spec.services[%d].port %s is out of range: use a whole number from 1 to 65535", [i, shown(port)])
 }
 
 violation contains msg if {
 	judged
-	some port in {s.port | some s in services}
-	places := [sprintf("spec.services[%d]", [i]) | some i, s in services; s.port == port]
-	count(places) > 1
-	msg := sprintf("port %v is declared %d times (%s); each service needs its own port", [port, count(places), concat(", ", places)])
+	some [name, places] in duplicates("name")
+	msg := sprintf("service name %s is declared %d times (%s); service names must be unique", [shown(name), count(places), concat(", ", places)])
 }
+
+violation contains msg if {
+	judged
+	some [port, places] in duplicates("port")
+	msg := sprintf("port %s is declared %d times (%s); each service needs its own port", [shown(port), count(places), concat(", ", places)])
+}
+
+# duplicates(field) holds [value, places] for each value of field that more
+# than one service declares, its places in index order. It sorts the
+# (value, index) pairs once, so equal values sit side by side, and reads
+# each run of equal values once: n log n in every shape. (A scan of the
+# services per distinct value would be n squared: the planned evaluator
+# has no comprehension index.) TestDuplicateRulesStayLinear in rego/.
+duplicates(field) := {[value, places] |
+	pairs := sort([[s[field], i] | some i, s in services])
+	starts := [k | some k, _ in pairs; run_starts(pairs, k)]
+	some j, start in starts
+	end := run_end(starts, j, count(pairs))
+	end - start > 1
+	value := pairs[start][0]
+	places := [sprintf("spec.services[%d]", [pairs[m][1]]) | some m in numbers.range(start, end - 1)]
+}
+
+run_starts(_, 0)
+
+run_starts(pairs, k) if {
+	k > 0
+	pairs[k][0] != pairs[k - 1][0]
+}
+
+# run_end is where the run that starts at starts[j] ends (exclusive).
+run_end(starts, j, _) := starts[j + 1] if j + 1 < count(starts)
+
+run_end(starts, j, n) := n if j + 1 == count(starts)
 
 # The architecture is a fact about the hardware: changing it on an existing
 # QuantumNode would silently retarget workloads. Judged against oldObject.
@@ -145,7 +164,7 @@ violation contains msg if {
 	arch_changed
 	old := object.get(input.request, ["oldObject", "spec", "hardware", "arch"], null)
 	new := object.get(spec, ["hardware", "arch"], null)
-	msg := sprintf("spec.hardware.arch is immutable: this QuantumNode was created as %s and cannot become %s; delete and recreate it for new hardware", [json.marshal(old), json.marshal(new)])
+	msg := sprintf("spec.hardware.arch is immutable: this QuantumNode was created as %s and cannot become %s; delete and recreate it for new hardware", [shown(old), shown(new)])
 }
 
 warn contains msg if {
@@ -153,8 +172,34 @@ warn contains msg if {
 	some i, svc in services
 	valid_port(svc.port)
 	svc.port < 1024
-	msg := sprintf("spec.services[%d] (%v) uses privileged port %d: the edge node must allow binding ports below 1024", [i, svc.name, svc.port])
+	msg := sprintf("spec.services[%d] (%s) uses privileged port %d: the edge node must allow binding ports below 1024", [i, shown_name(svc), svc.port])
 }
+
+# shown(v) quotes a value of the object in a message: a scalar as JSON, and
+# anything else by its type only, so a message never repeats a structure a
+# caller put where a scalar belongs (it may hold a secret, or megabytes).
+shown(v) := json.marshal(v) if {
+	not is_object(v)
+	not is_array(v)
+	not is_set(v)
+}
+
+shown(v) := "(an object)" if is_object(v)
+
+shown(v) := "(an array)" if is_array(v)
+
+shown(v) := "(a set)" if is_set(v)
+
+# shown_name is a service's name for a message: a valid name as it is,
+# another value as shown, a missing one by its absence.
+shown_name(svc) := svc.name if dns_label(svc.name)
+
+shown_name(svc) := shown(svc.name) if {
+	svc.name
+	not dns_label(svc.name)
+}
+
+shown_name(svc) := "no name" if not svc.name
 
 dns_label(name) if {
 	is_string(name)

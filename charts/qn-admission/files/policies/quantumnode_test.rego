@@ -42,6 +42,34 @@ test_duplicate_ports_are_denied if {
 	quantumnode.deny["port 8080 is declared 2 times (spec.services[0], spec.services[1]); each service needs its own port"] with input as review("CREATE", node(spec))
 }
 
+test_duplicates_list_every_place_in_every_shape if {
+	spec := {"hardware": {"arch": "amd64"}, "services": [
+		{"name": "web", "port": 8080}, {"name": "web", "port": 8080}, {"name": "api", "port": 81},
+		{"name": "web", "port": 8080}, {"name": "db", "port": 81},
+	]}
+	denials := quantumnode.deny with input as review("CREATE", node(spec))
+	denials == {
+		`service name "web" is declared 3 times (spec.services[0], spec.services[1], spec.services[3]); service names must be unique`,
+		"port 8080 is declared 3 times (spec.services[0], spec.services[1], spec.services[3]); each service needs its own port",
+		"port 81 is declared 2 times (spec.services[2], spec.services[4]); each service needs its own port",
+	}
+}
+
+# A structure where a scalar belongs is named by its type, never repeated:
+# it may carry a secret, or megabytes.
+test_non_scalar_values_are_named_not_quoted if {
+	secret := {"password": "hunter2"}
+	spec := {"hardware": {"arch": secret}, "services": [{"name": secret, "port": [8080]}, ["x"]]}
+	denials := quantumnode.deny with input as review("CREATE", node(spec))
+	denials["spec.hardware.arch (an object) is not supported; use one of amd64, arm64"]
+	denials["spec.services[0].name (an object) is not a DNS label: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"]
+	denials["spec.services[0].port (an array) is out of range: use a whole number from 1 to 65535"]
+	denials["spec.services[1] must be an object with name and port, got (an array)"]
+	every msg in denials {
+		not contains(msg, "hunter2")
+	}
+}
+
 test_bad_service_name_is_denied if {
 	spec := {"hardware": {"arch": "amd64"}, "services": [{"name": "Web_1", "port": 8080}]}
 	quantumnode.deny[`spec.services[0].name "Web_1" is not a DNS label: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit`] with input as review("CREATE", node(spec))
