@@ -158,12 +158,12 @@ func (p *connPool) slotFor(c net.Conn) *pooledConn {
 		victim, from := p.victimLocked()
 		p.mu.Unlock()
 		if victim != nil {
-			// Closing releases its slot (pooledConn.Close); the loop then
-			// admits c.
-			victim.Close()
 			if m := p.metrics.closedToAdmit; m != nil {
 				m.WithLabelValues(from).Inc()
 			}
+			// Closing releases its slot (pooledConn.Close); the loop then
+			// admits c.
+			victim.Close()
 			continue
 		}
 		// Every open connection is serving a request.
@@ -224,10 +224,10 @@ func (c *pooledConn) handshakeExpired() {
 	expired := !c.closed && c.state == http.StateNew
 	p.mu.Unlock()
 	if expired {
-		c.Close()
 		if p.metrics.handshakeTimeouts != nil {
 			p.metrics.handshakeTimeouts.Inc()
 		}
+		c.Close()
 	}
 }
 
