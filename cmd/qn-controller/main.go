@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/quantumnode/qn-admission/cmd/qn-controller/app"
+	"github.com/quantumnode/qn-admission/internal/version"
 )
 
 func main() {
@@ -20,10 +21,15 @@ func main() {
 	// become a crash loop with empty logs.
 	fs := pflag.NewFlagSet("qn-controller", pflag.ExitOnError)
 	opts.AddFlags(fs)
+	showVersion := fs.Bool("version", false, "Print the version, commit and commit date, then exit.")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "qn-controller: unexpected argument %q: every setting is a --flag\n", fs.Arg(0))
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println(version.Get().String("qn-controller"))
+		return
 	}
 	if err := opts.Validate(os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "qn-controller:", err)

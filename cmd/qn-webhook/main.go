@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/quantumnode/qn-admission/cmd/qn-webhook/app"
+	"github.com/quantumnode/qn-admission/internal/version"
 )
 
 func main() {
@@ -20,10 +21,15 @@ func main() {
 	// exits 2.
 	fs := pflag.NewFlagSet("qn-webhook", pflag.ExitOnError)
 	opts.AddFlags(fs)
+	showVersion := fs.Bool("version", false, "Print the version, commit and commit date, then exit.")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "qn-webhook: unexpected argument %q: every setting is a --flag\n", fs.Arg(0))
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println(version.Get().String("qn-webhook"))
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -140,7 +140,9 @@ that does not load.`,
   qnctl lint ./policies`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion().text(),
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)

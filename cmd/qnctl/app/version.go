@@ -3,52 +3,27 @@ package app
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 
 	opaversion "github.com/open-policy-agent/opa/v1/version"
 	"github.com/spf13/cobra"
+
+	"github.com/quantumnode/qn-admission/internal/version"
 )
 
-// releaseVersion is qnctl's release version, set at build time with
-// -ldflags "-X github.com/quantumnode/qn-admission/cmd/qnctl/app.releaseVersion=v1.2.3";
-// without it, the module version and VCS stamp of the build are shown.
-var releaseVersion = ""
-
-// versionInfo is what qnctl version prints.
+// versionInfo is what qnctl version prints: the build (stamped by the
+// Makefile, see internal/version) and the OPA release that evaluates Rego.
 type versionInfo struct {
-	Version   string `json:"version"`
-	Commit    string `json:"commit,omitempty"`
-	BuildTime string `json:"buildTime,omitempty"`
-	Modified  bool   `json:"modified,omitempty"`
-	Go        string `json:"go"`
-	Platform  string `json:"platform"`
-	OPA       string `json:"opa"`
+	version.Info
+	OPA string `json:"opa"`
 }
 
 func buildVersion() versionInfo {
-	v := versionInfo{Version: releaseVersion, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, OPA: "v" + opaversion.Version}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		if v.Version == "" {
-			v.Version = "unknown"
-		}
-		return v
-	}
-	if v.Version == "" {
-		v.Version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			v.Commit = s.Value
-		case "vcs.time":
-			v.BuildTime = s.Value
-		case "vcs.modified":
-			v.Modified = s.Value == "true"
-		}
-	}
-	return v
+	return versionInfo{Info: version.Get(), OPA: "v" + opaversion.Version}
+}
+
+// text is the two lines of qnctl version and qnctl --version.
+func (v versionInfo) text() string {
+	return v.String("qnctl") + "\nOPA " + v.OPA + " (Rego v1)\n"
 }
 
 func newVersionCommand(s Streams) *cobra.Command {
@@ -69,18 +44,7 @@ func newVersionCommand(s Streams) *cobra.Command {
 				_, err = fmt.Fprintf(s.Out, "%s\n", js)
 				return err
 			case outputText:
-				line := "qnctl " + v.Version
-				if v.Commit != "" {
-					line += " (commit " + v.Commit
-					if v.Modified {
-						line += ", modified"
-					}
-					if v.BuildTime != "" {
-						line += ", " + v.BuildTime
-					}
-					line += ")"
-				}
-				_, err := fmt.Fprintf(s.Out, "%s\n%s %s, OPA %s (Rego v1)\n", line, v.Go, v.Platform, v.OPA)
+				_, err := fmt.Fprint(s.Out, v.text())
 				return err
 			default:
 				return usagef("--output %q is not one of text, json", output)
