@@ -45,6 +45,9 @@ func TestBadValuesAreRefusedWithAClearMessage(t *testing.T) {
 		"a policy file that is not text":                  {"policies: {configMap: {files: {roles.yaml: {defaultRole: x}}}}", []string{"/policies/configMap/files/roles.yaml", "got object, want string"}},
 		"an extra flag that is not a flag":                {"webhook: {extraArgs: [allow-network-builtins]}", []string{"/webhook/extraArgs/0", "does not match pattern"}},
 		"a log level that does not exist":                 {"controller: {logLevel: verbose}", []string{"/controller/logLevel", "'debug', 'info', 'warn', 'error'"}},
+		"an image digest that is a tag":                   {"webhook: {image: {digest: latest}}", []string{"/webhook/image/digest", "does not match pattern"}},
+		"an image digest without its algorithm":           {"controller: {image: {digest: " + strings.Repeat("a", 64) + "}}", []string{"/controller/image/digest", "does not match pattern"}},
+		"a git-sync image without a tag":                  {"policies: {gitSync: {image: {tag: ''}}}", []string{"/policies/gitSync/image/tag", "minLength: got 0, want 1"}},
 
 		// Combinations the schema cannot express fail in the templates.
 		"a policy deadline as long as the webhook timeout": {"webhook: {timeoutSeconds: 2, policyEvalTimeout: 2000ms}", []string{

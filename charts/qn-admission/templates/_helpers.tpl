@@ -107,10 +107,19 @@ app.kubernetes.io/component: controller
 app.kubernetes.io/component: controller
 {{- end -}}
 
-{{/* image renders repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{/*
+image renders the reference of one image block of values.yaml (every image
+the chart runs goes through it): repository@digest when a digest is set (it
+wins over the tag), else repository:tag. Only the chart's own images may
+leave the tag empty (the schema requires it of the others): it defaults to
+the chart's appVersion, the release that built them.
+*/}}
 {{- define "qn-admission.image" -}}
-{{- $tag := default .root.Chart.AppVersion .image.tag -}}
-{{- printf "%s:%s" .image.repository $tag -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
