@@ -327,6 +327,15 @@ func (h *harness) scenario(t testing.TB) *scenario {
 	return &scenario{h: h, t: t, ns: ns, name: ns}
 }
 
+// startTarget sets the scenario's queue and creates the Deployment "web"
+// of replicas, once the Deployment controller has given it a ReplicaSet.
+func (s *scenario) startTarget(queue float64, replicas int32) {
+	s.t.Helper()
+	s.setQueue(queue)
+	s.create(s.h.createDeploymentObject(s.ns, "web", replicas))
+	s.waitForReplicas("web", replicas, 30*time.Second)
+}
+
 // query is the PromQL of this scenario's queue.
 func (s *scenario) query() string {
 	return fmt.Sprintf(`max(qn_test_queue_depth{scenario=%q})`, s.name)

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,14 +76,15 @@ type Server struct {
 }
 
 // ErrServerBusy is returned, without querying, when a server already has
-// its limit of queries in flight. The caller tries again shortly; the poll
-// is not counted as a failure.
+// its limit of queries in flight (or another scaler waits longer for one).
+// The caller tries again shortly; the poll is not counted as a failure.
 var ErrServerBusy = errors.New("the Prometheus server has its limit of queries in flight")
 
 // Prometheus runs instant queries against any number of servers, with a
 // timeout per query and a cap of queries in flight per server, so a slow
 // server holds at most that many of the controller's workers and never
-// delays scalers of other servers.
+// delays scalers of other servers. The scalers waiting for a busy server
+// are served first come, first served.
 type Prometheus struct {
 	// Timeout bounds one query.
 	Timeout time.Duration
@@ -91,32 +93,91 @@ type Prometheus struct {
 	// MaxResponseBytes caps an answer's body.
 	MaxResponseBytes int64
 
-	mu       sync.Mutex
-	inFlight map[string]chan struct{}
-	clients  map[[32]byte]*http.Client
+	mu      sync.Mutex
+	servers map[string]*serverSlots
+	clients map[[32]byte]*http.Client
 }
+
+// serverSlots are one server's query slots and the scalers waiting for one.
+type serverSlots struct {
+	inFlight int
+	// waiting is FIFO: a free slot goes to the first waiter that asks
+	// again. A waiter that has not asked for waiterTTL gave up (its scaler
+	// was deleted or paused) and loses its place.
+	waiting []waiter
+}
+
+type waiter struct {
+	key   string
+	asked time.Time
+}
+
+// waiterTTL is how long a waiter keeps its place without asking again;
+// well above the retry delay of a busy scaler.
+const waiterTTL = 5 * time.Second
 
 // NewPrometheus returns a query client.
 func NewPrometheus(timeout time.Duration, maxInFlightPerServer int) *Prometheus {
 	return &Prometheus{Timeout: timeout, MaxInFlightPerServer: max(maxInFlightPerServer, 1), MaxResponseBytes: 1 << 20,
-		inFlight: map[string]chan struct{}{}, clients: map[[32]byte]*http.Client{}}
+		servers: map[string]*serverSlots{}, clients: map[[32]byte]*http.Client{}}
 }
 
-// Acquire takes one of server's query slots without waiting; release gives
-// it back. ErrServerBusy when none is free.
-func (p *Prometheus) Acquire(server string) (release func(), err error) {
+// Acquire takes one of server's query slots for the scaler key without
+// waiting; release gives it back. ErrServerBusy when none is free, or when
+// scalers that asked earlier are still waiting: without that order, a
+// scaler whose poll is due again at once would take every freed slot and
+// starve the others of a slow server.
+func (p *Prometheus) Acquire(server, key string) (release func(), err error) {
+	now := time.Now()
 	p.mu.Lock()
-	slots, ok := p.inFlight[server]
+	defer p.mu.Unlock()
+	s, ok := p.servers[server]
 	if !ok {
-		slots = make(chan struct{}, p.MaxInFlightPerServer)
-		p.inFlight[server] = slots
+		s = &serverSlots{}
+		p.servers[server] = s
 	}
-	p.mu.Unlock()
-	select {
-	case slots <- struct{}{}:
-		return func() { <-slots }, nil
-	default:
+	// Forget waiters that stopped asking.
+	live := s.waiting[:0]
+	at := -1
+	for _, w := range s.waiting {
+		if w.key == key {
+			w.asked = now
+		}
+		if now.Sub(w.asked) < waiterTTL {
+			if w.key == key {
+				at = len(live)
+			}
+			live = append(live, w)
+		}
+	}
+	s.waiting = live
+	free := p.MaxInFlightPerServer - s.inFlight
+	// The first `free` waiters may go; so may a newcomer when no one waits
+	// for the free slots.
+	mayGo := free > 0 && (at >= 0 && at < free || at < 0 && len(s.waiting) < free)
+	if !mayGo {
+		if at < 0 {
+			s.waiting = append(s.waiting, waiter{key: key, asked: now})
+		}
 		return nil, ErrServerBusy
+	}
+	if at >= 0 {
+		s.waiting = append(s.waiting[:at], s.waiting[at+1:]...)
+	}
+	s.inFlight++
+	return func() {
+		p.mu.Lock()
+		s.inFlight--
+		p.mu.Unlock()
+	}, nil
+}
+
+// Forget drops the scaler key from every server's waiters (it was deleted).
+func (p *Prometheus) Forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.servers {
+		s.waiting = slices.DeleteFunc(s.waiting, func(w waiter) bool { return w.key == key })
 	}
 }
 

@@ -173,27 +173,76 @@ func TestACABundleVerifiesAnHTTPSPrometheus(t *testing.T) {
 
 func TestAFullServerRefusesAtOnceAndOthersAreUntouched(t *testing.T) {
 	p := NewPrometheus(time.Second, 2)
-	r1, err := p.Acquire("http://slow")
+	r1, err := p.Acquire("http://slow", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := p.Acquire("http://slow")
+	r2, err := p.Acquire("http://slow", "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Acquire("http://slow"); !errors.Is(err, ErrServerBusy) {
+	if _, err := p.Acquire("http://slow", "c"); !errors.Is(err, ErrServerBusy) {
 		t.Fatalf("a third query to a server with two in flight: %v, want ErrServerBusy", err)
 	}
-	other, err := p.Acquire("http://fast")
+	other, err := p.Acquire("http://fast", "d")
 	if err != nil {
 		t.Fatalf("another server is refused while the first is full: %v", err)
 	}
 	other()
 	r1()
-	r3, err := p.Acquire("http://slow")
+	r3, err := p.Acquire("http://slow", "c")
 	if err != nil {
-		t.Fatalf("a slot given back is not free again: %v", err)
+		t.Fatalf("a slot given back is not free again for the waiter: %v", err)
 	}
 	r2()
 	r3()
+}
+
+// Scalers waiting for a busy server are served in the order they came: the
+// one whose query just ended, due again at once, does not jump the queue.
+func TestWaitersOfABusyServerAreServedInOrder(t *testing.T) {
+	p := NewPrometheus(time.Second, 1)
+	release, err := p.Acquire("http://slow", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"second", "third"} {
+		if _, err := p.Acquire("http://slow", key); !errors.Is(err, ErrServerBusy) {
+			t.Fatalf("%s: %v, want ErrServerBusy", key, err)
+		}
+	}
+	release()
+	if _, err := p.Acquire("http://slow", "first"); !errors.Is(err, ErrServerBusy) {
+		t.Fatalf("the scaler that just had the slot took it again before those waiting: %v", err)
+	}
+	if _, err := p.Acquire("http://slow", "third"); !errors.Is(err, ErrServerBusy) {
+		t.Fatalf("third took the slot before second: %v", err)
+	}
+	release, err = p.Acquire("http://slow", "second")
+	if err != nil {
+		t.Fatalf("the first waiter did not get the free slot: %v", err)
+	}
+	release()
+	release, err = p.Acquire("http://slow", "third")
+	if err != nil {
+		t.Fatalf("the next waiter did not get the free slot: %v", err)
+	}
+	release()
+	// A deleted scaler gives its place up at once.
+	p = NewPrometheus(time.Second, 1)
+	if release, err = p.Acquire("http://slow", "third"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire("http://slow", "fourth"); !errors.Is(err, ErrServerBusy) {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire("http://slow", "fifth"); !errors.Is(err, ErrServerBusy) {
+		t.Fatal(err)
+	}
+	p.Forget("fourth")
+	release()
+	if release, err = p.Acquire("http://slow", "fifth"); err != nil {
+		t.Fatalf("the waiter behind a deleted scaler did not move up: %v", err)
+	}
+	release()
 }

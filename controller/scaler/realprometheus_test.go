@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,4 +242,55 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// queryProxy stands in front of a real Prometheus: it delays every answer
+// (a slow Prometheus) and counts the instant queries it passes, by query.
+type queryProxy struct {
+	srv   *httptest.Server
+	delay time.Duration
+	mu    sync.Mutex
+	count map[string]int
+	// inFlight and maxInFlight count queries being answered at once.
+	inFlight, maxInFlight int
+}
+
+func newQueryProxy(target string, delay time.Duration) *queryProxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		panic(err)
+	}
+	p := &queryProxy{delay: delay, count: map[string]int{}}
+	forward := httputil.NewSingleHostReverseProxy(u)
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/query" {
+			p.mu.Lock()
+			p.count[r.URL.Query().Get("query")]++
+			p.inFlight++
+			p.maxInFlight = max(p.maxInFlight, p.inFlight)
+			p.mu.Unlock()
+			defer func() {
+				p.mu.Lock()
+				p.inFlight--
+				p.mu.Unlock()
+			}()
+		}
+		time.Sleep(p.delay)
+		forward.ServeHTTP(w, r)
+	}))
+	return p
+}
+
+// queries returns how many times query was asked.
+func (p *queryProxy) queries(query string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.count[query]
+}
+
+// most returns the most queries that were answered at once.
+func (p *queryProxy) most() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxInFlight
 }

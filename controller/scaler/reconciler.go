@@ -139,7 +139,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		r.StatusRefresh = time.Minute
 	}
 	if r.BusyRetry <= 0 {
-		r.BusyRetry = time.Second
+		r.BusyRetry = 250 * time.Millisecond
 	}
 	r.secrets = &secretCache{reader: r.APIReader, ttl: 30 * time.Second, entries: map[types.NamespacedName]secretEntry{}}
 	var err error
@@ -200,6 +200,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.metrics.forget(req.NamespacedName)
 			r.polls.forget(req.NamespacedName)
+			r.Prometheus.Forget(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -225,7 +226,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if res.RequeueAfter == 0 {
-		res.RequeueAfter = interval
+		// The interval counts from this poll's start, so a slow query does
+		// not stretch the period.
+		res.RequeueAfter = max(interval-r.Clock.Since(now), 10*time.Millisecond)
 	}
 	return res, nil
 }
@@ -275,7 +278,7 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 			in.Metric = Reading{Err: err}
 			r.metrics.queryErrors.WithLabelValues(s.Namespace, s.Name, string(KindOf(err))).Inc()
 		} else {
-			release, err := r.Prometheus.Acquire(server.URL)
+			release, err := r.Prometheus.Acquire(server.URL, key.String())
 			if err != nil {
 				return ctrl.Result{}, err
 			}

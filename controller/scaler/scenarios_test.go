@@ -31,9 +31,7 @@ func TestAboveUpperScalesUpByTheStepWithinTwoPollingIntervals(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	s.setQueue(17.2)
-	s.create(h.createDeploymentObject(s.ns, "web", 4))
-	s.waitForReplicas("web", 4, 30*time.Second)
+	s.startTarget(17.2, 4)
 
 	const poll = 3 * time.Second
 	created := time.Now()
@@ -74,9 +72,7 @@ func TestInsideTheBandNothingIsWrittenForAMinute(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	s.setQueue(10)
-	s.create(h.createDeploymentObject(s.ns, "web", 3))
-	s.waitForReplicas("web", 3, 30*time.Second)
+	s.startTarget(10, 3)
 	before := &appsv1.Deployment{}
 	if err := h.client.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: "web"}, before); err != nil {
 		t.Fatal(err)
@@ -108,9 +104,7 @@ func TestBelowLowerScalesDownOnlyAfterTheStabilizationWindow(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	s.setQueue(2)
-	s.create(h.createDeploymentObject(s.ns, "web", 4))
-	s.waitForReplicas("web", 4, 30*time.Second)
+	s.startTarget(2, 4)
 	const window = 20 * time.Second
 	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) {
 		sc.Spec.StabilizationWindowSeconds = int32p(int32(window / time.Second))
@@ -154,9 +148,7 @@ func TestABurstThatCrossesUpperAndBackWithinTheCooldownScalesUpOnce(t *testing.T
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	s.setQueue(10)
-	s.create(h.createDeploymentObject(s.ns, "web", 2))
-	s.waitForReplicas("web", 2, 30*time.Second)
+	s.startTarget(10, 2)
 	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.ScaleUpCooldownSeconds = int32p(60) }))
 	s.waitForCondition("web", qnv1alpha1.ScalerScalingActive, metav1.ConditionTrue, qnv1alpha1.ScalerReasonValidMetricFound, 10*time.Second)
 
@@ -296,9 +288,7 @@ func TestAPausedScalerNeverWrites(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	s.setQueue(50)
-	s.create(h.createDeploymentObject(s.ns, "web", 2))
-	s.waitForReplicas("web", 2, 30*time.Second)
+	s.startTarget(50, 2)
 	sc := s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) {
 		sc.Annotations = map[string]string{qnv1alpha1.KEDAPausedAnnotation: "true"}
 	})
@@ -323,9 +313,7 @@ func TestADryRunDecidesAndReportsButNeverWrites(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	s.setQueue(50)
-	s.create(h.createDeploymentObject(s.ns, "web", 2))
-	s.waitForReplicas("web", 2, 30*time.Second)
+	s.startTarget(50, 2)
 	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.DryRun = true }))
 	sc := s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionTrue, qnv1alpha1.ScalerReasonDryRun, 10*time.Second)
 	if d := sc.Status.LastDecision; d == nil || d.Reason != "dry run, not written: value 50 > upper 15: +2 replicas (2 → 4)" || sc.Status.DesiredReplicas != 4 {
@@ -395,9 +383,7 @@ func TestAnotherAutoscalerOfTheTargetIsReportedNotFought(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	s.setQueue(50)
-	s.create(h.createDeploymentObject(s.ns, "web", 2))
-	s.waitForReplicas("web", 2, 30*time.Second)
+	s.startTarget(50, 2)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web-cpu"},
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
@@ -519,4 +505,54 @@ func reconcileErrors(t testing.TB) float64 {
 		}
 	}
 	return 0
+}
+
+// A slow Prometheus (1.5 s per query) holds at most its cap of queries in
+// flight, so it holds at most that many of the scaler's workers: a scaler
+// of another Prometheus keeps polling on time, one instant query per poll.
+func TestASlowPrometheusDelaysOnlyItsOwnScalers(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	slow := newQueryProxy(h.prom.URL, 1500*time.Millisecond)
+	defer slow.srv.Close()
+	fast := newQueryProxy(h.prom.URL, 0)
+	defer fast.srv.Close()
+
+	s := h.scenario(t)
+	s.setQueue(10)
+	const slowScalers = 12 // more than the controller's 8 workers
+	for i := range slowScalers {
+		name := fmt.Sprintf("slow-%d", i)
+		s.create(h.createDeploymentObject(s.ns, name, 2))
+		s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) {
+			sc.Name, sc.Spec.ScaleTargetRef.Name, sc.Spec.QNMetric.ServerAddress = name, name, slow.srv.URL
+		}))
+	}
+	f := h.scenario(t)
+	f.setQueue(10)
+	f.create(h.createDeploymentObject(f.ns, "web", 2))
+	f.create(f.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.QNMetric.ServerAddress = fast.srv.URL }))
+	f.waitForCondition("web", qnv1alpha1.ScalerScalingActive, metav1.ConditionTrue, qnv1alpha1.ScalerReasonValidMetricFound, 10*time.Second)
+	time.Sleep(3 * time.Second) // the slow scalers queue up behind their server
+
+	before := fast.queries(f.query())
+	const window = 10 * time.Second
+	time.Sleep(window)
+	polls := fast.queries(f.query()) - before
+	t.Logf("the fast scaler made %d queries in %s while %d scalers waited on a slow Prometheus (at most %d of its queries in flight)", polls, window, slowScalers, slow.most())
+	if polls < 8 || polls > 11 {
+		t.Errorf("the fast scaler polled %d times in %s at a 1s interval, want about 10 (one query per poll)", polls, window)
+	}
+	if most := slow.most(); most > h.reconciler.Prometheus.MaxInFlightPerServer {
+		t.Errorf("%d queries in flight at once to the slow server, above the cap of %d", most, h.reconciler.Prometheus.MaxInFlightPerServer)
+	}
+	// Slow is not broken: its scalers read their value too.
+	eventuallyWithin(t, 30*time.Second, "every slow scaler has read its metric", func() error {
+		for i := range slowScalers {
+			if c := findCondition(s.get(fmt.Sprintf("slow-%d", i)), qnv1alpha1.ScalerMetricAvailable); c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("slow-%d: MetricAvailable %+v", i, c)
+			}
+		}
+		return nil
+	})
 }
