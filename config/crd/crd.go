@@ -47,6 +47,7 @@ type Manifest struct {
 // what qn-controller needs before it starts.
 func Manifests() []Manifest {
 	return []Manifest{
+		{FileName: ScalerFileName, YAML: HorizontalQNScalerYAML},
 		{FileName: HealthPolicyFileName, YAML: HealthPolicyYAML},
 		{FileName: FileName, YAML: QuantumNodeYAML},
 	}
@@ -55,7 +56,7 @@ func Manifests() []Manifest {
 // All decodes every qn.dev CRD, for tests that install them.
 func All() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, m := range append(Manifests(), Manifest{FileName: ScalerFileName, YAML: HorizontalQNScalerYAML}) {
+	for _, m := range Manifests() {
 		crd, err := Decode(m.YAML)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.FileName, err)

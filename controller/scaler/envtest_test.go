@@ -35,6 +35,7 @@ import (
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/config/crd"
+	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
 // The control plane (a real kube-apiserver and etcd, and the real
@@ -56,8 +57,8 @@ type harness struct {
 	reconciler *Reconciler
 	metrics    *prometheus.Registry
 	scales     *countingScales
-	prom       *promProcess
-	exporter   *exporter
+	prom       *promtest.Server
+	exporter   *promtest.Exporter
 	cfg        *rest.Config
 	kubeconfig string
 }
@@ -98,7 +99,7 @@ func testScheme() (*runtime.Scheme, error) {
 	return scheme, qnv1alpha1.AddToScheme(scheme)
 }
 
-func start(prom *promProcess, exp *exporter) (h *harness, stop func(), err error) {
+func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func(), err error) {
 	began := time.Now()
 	scalers, err := crd.HorizontalQNScaler()
 	if err != nil {
@@ -242,10 +243,9 @@ func (i countingScaleInterface) Update(ctx context.Context, gr schema.GroupResou
 	return i.ScaleInterface.Update(ctx, gr, s, opts)
 }
 
-// managedProcess is a child process whose output is kept for failures.
+// managedProcess is a child process the tests stop.
 type managedProcess struct {
 	cmd  *exec.Cmd
-	logs syncBuffer
 	done chan struct{}
 }
 
@@ -278,7 +278,10 @@ func startControllerManager(kubeconfig string) (*managedProcess, error) {
 		"--secure-port=0",
 		"-v=1",
 	)
-	p.cmd.Stdout, p.cmd.Stderr = &p.logs, &p.logs
+	// Its logs go to stderr with QN_TEST_LOGS, as the manager's do.
+	if os.Getenv("QN_TEST_LOGS") != "" {
+		p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start kube-controller-manager: %w", err)
 	}
@@ -338,24 +341,24 @@ func (s *scenario) startTarget(queue float64, replicas int32) {
 
 // query is the PromQL of this scenario's queue.
 func (s *scenario) query() string {
-	return fmt.Sprintf(`max(qn_test_queue_depth{scenario=%q})`, s.name)
+	return fmt.Sprintf(`max(%s{scenario=%q})`, queueMetric, s.name)
 }
 
 func (s *scenario) errorQuery() string {
-	return fmt.Sprintf(`max(qn_test_error_ratio{scenario=%q})`, s.name)
+	return fmt.Sprintf(`max(%s{scenario=%q})`, errorRatioMetric, s.name)
 }
 
 // setQueue sets the queue the exporter reports and waits until
 // Prometheus has scraped it.
 func (s *scenario) setQueue(v float64) {
 	s.t.Helper()
-	s.h.exporter.queue.WithLabelValues(s.name).Set(v)
+	s.h.exporter.Set(queueMetric, s.name, v)
 	waitForValue(s.t, NewPrometheus(2*time.Second, 1), Server{URL: s.h.prom.URL}, s.query(), v)
 }
 
 func (s *scenario) setErrorRatio(v float64) {
 	s.t.Helper()
-	s.h.exporter.errorRatio.WithLabelValues(s.name).Set(v)
+	s.h.exporter.Set(errorRatioMetric, s.name, v)
 	waitForValue(s.t, NewPrometheus(2*time.Second, 1), Server{URL: s.h.prom.URL}, s.errorQuery(), v)
 }
 

@@ -7,8 +7,10 @@ import (
 	"github.com/quantumnode/qn-admission/internal/promreg"
 )
 
-// metrics are qn-controller's series per HorizontalQNScaler, labelled by
-// namespace and name; a deleted scaler's series are removed.
+// metrics are qn-controller's series per HorizontalQNScaler, labelled
+// scaler_namespace and scaler (not namespace: a scrape's target labels
+// would rename that one to exported_namespace); a deleted scaler's series
+// are removed.
 type metrics struct {
 	value           *prometheus.GaugeVec
 	desired         *prometheus.GaugeVec
@@ -20,7 +22,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	scaler := []string{"namespace", "name"}
+	scaler := []string{"scaler_namespace", "scaler"}
 	m := &metrics{
 		value: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "qn_scaler_value", Help: "The last value a HorizontalQNScaler's query returned.",
@@ -55,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // forget removes a deleted scaler's series.
 func (m *metrics) forget(key types.NamespacedName) {
-	labels := prometheus.Labels{"namespace": key.Namespace, "name": key.Name}
+	labels := prometheus.Labels{"scaler_namespace": key.Namespace, "scaler": key.Name}
 	m.value.Delete(labels)
 	m.desired.Delete(labels)
 	m.maxReplicas.Delete(labels)

@@ -6,20 +6,20 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quantumnode/qn-admission/certs"
+	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
 func TestQueryAgainstARealPrometheus(t *testing.T) {
 	prom, exp := sharedPrometheus(t)
-	exp.queue.WithLabelValues("query-one").Set(17.2)
-	exp.queue.WithLabelValues("query-two-a").Set(1)
-	exp.queue.WithLabelValues("query-two-b").Set(2)
+	exp.Set(queueMetric, "query-one", 17.2)
+	exp.Set(queueMetric, "query-two-a", 1)
+	exp.Set(queueMetric, "query-two-b", 2)
 	p := NewPrometheus(5*time.Second, 4)
 	server := Server{URL: prom.URL}
 	waitForValue(t, p, server, `qn_test_queue_depth{scenario="query-one"}`, 17.2)
@@ -81,7 +81,7 @@ func TestQueryFailuresSayWhatWasWrong(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	closed, err := freeAddress()
+	closed, err := promtest.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +148,7 @@ func TestACABundleVerifiesAnHTTPSPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webConfig := filepath.Join(dir, "web.yml")
-	if err := os.WriteFile(webConfig, []byte("tls_server_config:\n  cert_file: "+bundle.CertFile+"\n  key_file: "+bundle.KeyFile+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	prom, err := startPrometheus(t, dir, []string{exp.target()}, "https", "--web.config.file="+webConfig)
+	prom, err := promtest.Start(promtest.Binary(t), promtest.Options{Dir: dir, Targets: []string{exp.Target()}, TLSCertFile: bundle.CertFile, TLSKeyFile: bundle.KeyFile})
 	if err != nil {
 		t.Fatal(err)
 	}

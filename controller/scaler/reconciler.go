@@ -89,12 +89,14 @@ type Reconciler struct {
 	secrets            *secretCache
 }
 
-// Everything the scaler does, for config/rbac/role.yaml (`make rbac`).
-// Reading the scale of any group is allowed here; the chart narrows
-// */scale to the groups in its values.
+// Everything the scaler does, for config/rbac/role.yaml (`make rbac`): the
+// scale of the apps group's kinds (Deployment, StatefulSet, ReplicaSet);
+// the chart's controller.scaler.scaleGroups adds other groups (a custom
+// resource's), always */scale only. Secrets are read one by one (get,
+// never list), those authSecretRef names.
 // +kubebuilder:rbac:groups=qn.dev,resources=horizontalqnscalers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=qn.dev,resources=horizontalqnscalers/status,verbs=update;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments/scale;statefulsets/scale;replicasets/scale,verbs=get;update
+// +kubebuilder:rbac:groups=apps,resources=*/scale,verbs=get;update
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get

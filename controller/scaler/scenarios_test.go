@@ -18,6 +18,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
 // These scenarios run the scaler against a real Prometheus scraping an
@@ -178,12 +179,12 @@ func TestPrometheusStoppedReportsTheMetricThenAppliesTheFallback(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	prom, err := startPrometheus(t, t.TempDir(), []string{h.exporter.target()}, "http")
+	prom, err := promtest.Start(promtest.Binary(t), promtest.Options{Dir: t.TempDir(), Targets: []string{h.exporter.Target()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prom.Stop()
-	h.exporter.queue.WithLabelValues(s.name).Set(10)
+	h.exporter.Set(queueMetric, s.name, 10)
 	waitForValue(t, NewPrometheus(2*time.Second, 1), Server{URL: prom.URL}, s.query(), 10)
 	s.create(h.createDeploymentObject(s.ns, "web", 2))
 	s.waitForReplicas("web", 2, 30*time.Second)
@@ -513,10 +514,16 @@ func reconcileErrors(t testing.TB) float64 {
 func TestASlowPrometheusDelaysOnlyItsOwnScalers(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
-	slow := newQueryProxy(h.prom.URL, 1500*time.Millisecond)
-	defer slow.srv.Close()
-	fast := newQueryProxy(h.prom.URL, 0)
-	defer fast.srv.Close()
+	slow, err := promtest.NewQueryProxy(h.prom.URL, 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fast, err := promtest.NewQueryProxy(h.prom.URL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
 
 	s := h.scenario(t)
 	s.setQueue(10)
@@ -525,25 +532,25 @@ func TestASlowPrometheusDelaysOnlyItsOwnScalers(t *testing.T) {
 		name := fmt.Sprintf("slow-%d", i)
 		s.create(h.createDeploymentObject(s.ns, name, 2))
 		s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) {
-			sc.Name, sc.Spec.ScaleTargetRef.Name, sc.Spec.QNMetric.ServerAddress = name, name, slow.srv.URL
+			sc.Name, sc.Spec.ScaleTargetRef.Name, sc.Spec.QNMetric.ServerAddress = name, name, slow.URL
 		}))
 	}
 	f := h.scenario(t)
 	f.setQueue(10)
 	f.create(h.createDeploymentObject(f.ns, "web", 2))
-	f.create(f.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.QNMetric.ServerAddress = fast.srv.URL }))
+	f.create(f.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.QNMetric.ServerAddress = fast.URL }))
 	f.waitForCondition("web", qnv1alpha1.ScalerScalingActive, metav1.ConditionTrue, qnv1alpha1.ScalerReasonValidMetricFound, 10*time.Second)
 	time.Sleep(3 * time.Second) // the slow scalers queue up behind their server
 
-	before := fast.queries(f.query())
+	before := fast.Queries(f.query())
 	const window = 10 * time.Second
 	time.Sleep(window)
-	polls := fast.queries(f.query()) - before
-	t.Logf("the fast scaler made %d queries in %s while %d scalers waited on a slow Prometheus (at most %d of its queries in flight)", polls, window, slowScalers, slow.most())
+	polls := fast.Queries(f.query()) - before
+	t.Logf("the fast scaler made %d queries in %s while %d scalers waited on a slow Prometheus (at most %d of its queries in flight)", polls, window, slowScalers, slow.MostInFlight())
 	if polls < 8 || polls > 11 {
 		t.Errorf("the fast scaler polled %d times in %s at a 1s interval, want about 10 (one query per poll)", polls, window)
 	}
-	if most := slow.most(); most > h.reconciler.Prometheus.MaxInFlightPerServer {
+	if most := slow.MostInFlight(); most > h.reconciler.Prometheus.MaxInFlightPerServer {
 		t.Errorf("%d queries in flight at once to the slow server, above the cap of %d", most, h.reconciler.Prometheus.MaxInFlightPerServer)
 	}
 	// Slow is not broken: its scalers read their value too.

@@ -173,6 +173,22 @@ var scenarios = map[string]map[string]scenario{
 		"errors for 20 minutes": {series: `controller_runtime_reconcile_errors_total{` + ctl + `,controller="quantumnode"} 0+1x60`, after: 20 * time.Minute, firing: true},
 		"no new errors":         {series: `controller_runtime_reconcile_errors_total{` + ctl + `,controller="quantumnode"} 2x60`, after: 20 * time.Minute},
 	},
+	"QnScalerAtMaxReplicas": {
+		"asking for its max for 40 minutes": {series: lines(
+			`qn_scaler_desired_replicas{`+ctl+`,scaler_namespace="shop",scaler="orders"} 10x90`,
+			`qn_scaler_max_replicas{`+ctl+`,scaler_namespace="shop",scaler="orders"} 10x90`), after: 40 * time.Minute, firing: true},
+		"below its max": {series: lines(
+			`qn_scaler_desired_replicas{`+ctl+`,scaler_namespace="shop",scaler="orders"} 6x90`,
+			`qn_scaler_max_replicas{`+ctl+`,scaler_namespace="shop",scaler="orders"} 10x90`), after: 40 * time.Minute},
+		"at its max for less than 30 minutes": {series: lines(
+			`qn_scaler_desired_replicas{`+ctl+`,scaler_namespace="shop",scaler="orders"} 6x40 10x50`,
+			`qn_scaler_max_replicas{`+ctl+`,scaler_namespace="shop",scaler="orders"} 10x90`), after: 40 * time.Minute},
+	},
+	"QnScalerMetricUnavailable": {
+		"no reading for 15 minutes": {series: `qn_scaler_metric_available{` + ctl + `,scaler_namespace="shop",scaler="orders"} 0x40`, after: 15 * time.Minute, firing: true},
+		"reading":                   {series: `qn_scaler_metric_available{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x40`, after: 15 * time.Minute},
+		"a blip of two minutes":     {series: `qn_scaler_metric_available{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x20 0x4 1x16`, after: 15 * time.Minute},
+	},
 	"QnControllerStrictHealthFailing": {
 		"the policies check fails":                    {series: `qn_health_check_failing{` + ctl + `,check="policies"} 1x40`, after: 10 * time.Minute, firing: true},
 		"the webhook's check is not the controller's": {series: `qn_health_check_failing{` + web + `,check="policies"} 1x40`, after: 10 * time.Minute},

@@ -80,7 +80,7 @@ func Build(ctx context.Context, o *Options, getenv func(string) string, logs io.
 	logger := logr.FromSlogHandler(p.Logger.Handler())
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger) // client-go's leader election logs through klog
-	for _, step := range []func(context.Context) error{p.buildManager, p.requireCRD, p.buildPolicies, p.buildQuantumNodes, p.buildProbes} {
+	for _, step := range []func(context.Context) error{p.buildManager, p.requireCRD, p.buildPolicies, p.buildQuantumNodes, p.buildScalers, p.buildProbes} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -92,7 +92,7 @@ func Build(ctx context.Context, o *Options, getenv func(string) string, logs io.
 func (p *Program) Start(ctx context.Context) error {
 	o := p.Options
 	p.Logger.Info("starting qn-controller", "apiserver", p.Config.Host, "leaderElect", o.LeaderElect,
-		"metrics", o.MetricsAddress, "probes", o.ProbeAddress, "audit", o.Audit)
+		"metrics", o.MetricsAddress, "probes", o.ProbeAddress, "audit", o.Audit, "prometheus", o.Scalers.PrometheusURL)
 	if err := p.Manager.Start(ctx); err != nil {
 		return fmt.Errorf("run the manager: %w", err)
 	}

@@ -75,6 +75,9 @@ type Options struct {
 	Strict health.StrictOptions
 	// Profiling serves net/http/pprof on the probe address.
 	Profiling bool
+
+	// Scalers configure the HorizontalQNScaler controller.
+	Scalers ScalerOptions
 }
 
 // LeaderElectionID names the Lease the replicas compete for.
@@ -103,6 +106,7 @@ func NewOptions(getenv func(string) string) *Options {
 		QuiescenceWindow:   3 * time.Second,
 		MaxRequeueDelay:    30 * time.Second,
 		Strict:             health.DefaultStrictOptions(),
+		Scalers:            defaultScalerOptions(),
 	}
 }
 
@@ -136,6 +140,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.PolicyReports, "policy-reports", o.PolicyReports, "Keep a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (when the cluster serves the kind).")
 	fs.DurationVar(&o.QuiescenceWindow, "quiescence-window", o.QuiescenceWindow, "Hold a status change until the QuantumNode's generation and conditions have been still this long; 0 writes at once.")
 	fs.DurationVar(&o.MaxRequeueDelay, "max-requeue-delay", o.MaxRequeueDelay, "Longest wait for a QuantumNode to become quiescent before its status is written anyway.")
+	o.Scalers.AddFlags(fs)
 }
 
 // Validate reports the first option that cannot work, as a sentence.
@@ -171,6 +176,9 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return err
 	}
 	if err := o.Strict.Validate(); err != nil {
+		return err
+	}
+	if err := o.Scalers.Validate(); err != nil {
 		return err
 	}
 	for flag, addr := range map[string]string{"--metrics-bind-address": o.MetricsAddress, "--health-probe-bind-address": o.ProbeAddress} {

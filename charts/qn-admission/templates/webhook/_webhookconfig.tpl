@@ -30,10 +30,10 @@ clientConfig:
 rules:
   - apiGroups: ["qn.dev"]
     apiVersions: ["v1alpha1"]
-    resources: ["quantumnodes"]
+    resources: [{{ .resource | default "quantumnodes" | quote }}]
     operations: {{ toJson .operations }}
     scope: Namespaced
-# Requests for another version of QuantumNodes are converted and sent too.
+# Requests for another version of the resource are converted and sent too.
 matchPolicy: Equivalent
 # Only an exclusion list in the values (who controls the release decides):
 # kubernetes.io/metadata.name is set by the API server from the namespace's
@@ -43,7 +43,7 @@ namespaceSelector:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ prepend $w.namespaceSelector.excludeNamespaces .root.Release.Namespace | uniq | toJson }}
-failurePolicy: {{ $w.failurePolicy }}
+failurePolicy: {{ .failurePolicy | default $w.failurePolicy }}
 sideEffects: None
 timeoutSeconds: {{ $w.timeoutSeconds }}
 admissionReviewVersions: ["v1"]

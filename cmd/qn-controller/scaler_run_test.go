@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/config/crd"
+	"github.com/quantumnode/qn-admission/controller"
+	"github.com/quantumnode/qn-admission/test/promtest"
+)
+
+// TestTheCommandScalesOnAPrometheusFigure runs qn-controller as its own
+// process and its ServiceAccount (the rules of config/rbac, RBAC on),
+// with --prometheus-url pointing at a real Prometheus made slow (2 s per
+// query): it scales a Deployment through /scale, serves the scaler's
+// metrics, and the QuantumNode reconciles stay prompt while 24 scalers
+// wait on the slow Prometheus.
+func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is empty: this test needs a real kube-apiserver and etcd. " +
+			"Run it with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
+	}
+	exporter := promtest.NewExporter()
+	defer exporter.Close()
+	exporter.Set("qn_test_queue_depth", "orders", 40)
+	prom := promtest.StartForTest(t, exporter.Target())
+	prom.WaitFor(t, `qn_test_queue_depth{scenario="orders"}`, 40)
+	slow, err := promtest.NewQueryProxy(prom.URL, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+
+	quantumNodes, err := crd.QuantumNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scalers, err := crd.HorizontalQNScaler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{quantumNodes, scalers}}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, ns := range []string{"qn-system", "shop"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applyManifests(t, c, "../../config/rbac")
+	user, err := env.ControlPlane.AddUser(envtest.User{
+		Name:   "system:serviceaccount:qn-system:qn-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userKubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, userKubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
+	cmd := exec.Command(os.Args[0], "--kubeconfig="+kubeconfig,
+		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
+		"--leader-elect=false", "--audit=false", "--quiescence-window=0s", "--log-format=text",
+		"--prometheus-url="+slow.URL, "--prometheus-timeout=5s", "--prometheus-max-inflight=2", "--scaler-workers=4")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
+	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	eventually(t, "/readyz?verbose names the scalers' Prometheus", func() error {
+		return probeSays("http://"+probeAddr+"/readyz?verbose", 200, "HorizontalQNScalers on; default Prometheus "+slow.URL)
+	})
+
+	replicas := int32(2)
+	deployment := func(name string) *appsv1.Deployment {
+		labels := map[string]string{"app": name}
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}}}},
+		}
+	}
+	scaler := func(name string) *qnv1alpha1.HorizontalQNScaler {
+		return &qnv1alpha1.HorizontalQNScaler{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: qnv1alpha1.HorizontalQNScalerSpec{
+				ScaleTargetRef: qnv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+				MaxReplicas:    10,
+				QNMetric:       qnv1alpha1.QNMetric{Query: `max(qn_test_queue_depth{scenario="orders"})`},
+				Thresholds:     qnv1alpha1.Thresholds{Upper: resource.MustParse("15"), Lower: resource.MustParse("5")},
+				// Polled every second: far more than the slow Prometheus
+				// answers, so the scalers always wait for it.
+				PollingIntervalSeconds: 1,
+			},
+		}
+	}
+	const busy = 24
+	for i := range busy {
+		name := fmt.Sprintf("orders-%d", i)
+		for _, obj := range []client.Object{deployment(name), scaler(name)} {
+			if err := c.Create(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, "the first scaler has written the Deployment's /scale (+2)", func() error {
+		d := &appsv1.Deployment{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-0"}, d); err != nil {
+			return err
+		}
+		if *d.Spec.Replicas != 4 {
+			return fmt.Errorf("%d replicas", *d.Spec.Replicas)
+		}
+		return nil
+	})
+
+	// With every scaler worker's Prometheus slow, a QuantumNode is
+	// reconciled at once: its status is written within a second or two.
+	created := time.Now()
+	qn := &qnv1alpha1.QuantumNode{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "edge-1"},
+		Spec: qnv1alpha1.QuantumNodeSpec{Hardware: qnv1alpha1.Hardware{Arch: qnv1alpha1.ArchARM64}, Services: []qnv1alpha1.Service{{Name: "grpc", Port: 9090}}}}
+	if err := c.Create(ctx, qn); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the QuantumNode has a status", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(qn), qn); err != nil {
+			return err
+		}
+		if qn.Status.Phase == "" {
+			return fmt.Errorf("no phase yet")
+		}
+		return nil
+	})
+	took := time.Since(created)
+	t.Logf("QuantumNode status written %s after its creation, with %d scalers on a Prometheus answering in 2 s (%d queries at once at most)", took.Round(time.Millisecond), busy, slow.MostInFlight())
+	if took > 3*time.Second {
+		t.Errorf("the QuantumNode waited %s for its status behind the scalers", took)
+	}
+	if most := slow.MostInFlight(); most > 2 {
+		t.Errorf("%d queries in flight to the slow Prometheus, above --prometheus-max-inflight=2", most)
+	}
+	eventually(t, "/metrics carries the scaler's series", func() error {
+		return probeSays("http://"+metricsAddr+"/metrics", 200,
+			`qn_scaler_desired_replicas{scaler="orders-0",scaler_namespace="shop"} 4`,
+			`qn_scaler_value{scaler="orders-0",scaler_namespace="shop"} 40`,
+			`qn_scaler_query_duration_seconds_count{scaler="orders-0",scaler_namespace="shop"}`,
+			`controller_runtime_reconcile_total{controller="horizontalqnscaler",result="success"}`)
+	})
+	select {
+	case <-exited:
+		t.Fatalf("qn-controller exited: %v", cmd.ProcessState)
+	default:
+	}
+}
