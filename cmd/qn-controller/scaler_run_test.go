@@ -12,7 +12,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,15 +45,11 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 	}
 	defer slow.Close()
 
-	quantumNodes, err := crd.QuantumNode()
+	crds, err := crd.All()
 	if err != nil {
 		t.Fatal(err)
 	}
-	scalers, err := crd.HorizontalQNScaler()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{quantumNodes, scalers}}
+	env := &envtest.Environment{CRDs: crds}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start kube-apiserver and etcd: %v", err)
