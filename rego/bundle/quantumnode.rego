@@ -119,30 +119,54 @@ violation contains msg if {
 
 violation contains msg if {
 	judged
-	some [name, places] in duplicates("name")
-	msg := sprintf("service name %s is declared %d times (%s); service names must be unique", [shown(name), count(places), concat(", ", places)])
+	some k, [start, end] in name_runs
+	k < listed_clashes
+	msg := sprintf("service name %s is declared %d times (%s); service names must be unique", [shown(name_pairs[start][0]), end - start, places(name_pairs, start, end)])
 }
 
 violation contains msg if {
 	judged
-	some [port, places] in duplicates("port")
-	msg := sprintf("port %s is declared %d times (%s); each service needs its own port", [shown(port), count(places), concat(", ", places)])
+	count(name_runs) > listed_clashes
+	msg := sprintf("%d more service names are declared more than once; the first %d are listed", [count(name_runs) - listed_clashes, listed_clashes])
 }
 
-# duplicates(field) holds [value, places] for each value of field that more
-# than one service declares, its places in index order. It sorts the
-# (value, index) pairs once, so equal values sit side by side, and reads
-# each run of equal values once: n log n in every shape. (A scan of the
-# services per distinct value would be n squared: the planned evaluator
-# has no comprehension index.) TestDuplicateRulesStayLinear in rego/.
-duplicates(field) := {[value, places] |
-	pairs := sort([[s[field], i] | some i, s in services])
-	starts := [k | some k, _ in pairs; run_starts(pairs, k)]
+violation contains msg if {
+	judged
+	some k, [start, end] in port_runs
+	k < listed_clashes
+	msg := sprintf("port %s is declared %d times (%s); each service needs its own port", [shown(port_pairs[start][0]), end - start, places(port_pairs, start, end)])
+}
+
+violation contains msg if {
+	judged
+	count(port_runs) > listed_clashes
+	msg := sprintf("%d more ports are declared more than once; the first %d are listed", [count(port_runs) - listed_clashes, listed_clashes])
+}
+
+# The duplicate rules sort the (value, index) pairs of a field once, so
+# equal values sit side by side, and find the runs of equal values in one
+# pass: n log n in every shape. (A scan of the services per distinct value
+# would be n squared: the planned evaluator has no comprehension index.)
+# Only the first listed_clashes clashes of a field are spelled out, since
+# an answer is clipped to 4 KiB anyway; the rest are counted.
+# TestDuplicateRulesStayLinear in rego/ holds both evaluators to it.
+listed_clashes := 10
+
+name_pairs := sort([[s.name, i] | some i, s in services])
+
+port_pairs := sort([[s.port, i] | some i, s in services])
+
+name_runs := runs(name_pairs)
+
+port_runs := runs(port_pairs)
+
+# runs(pairs) lists [start, end) of each run of two or more equal values.
+runs(pairs) := [[start, end] |
 	some j, start in starts
 	end := run_end(starts, j, count(pairs))
 	end - start > 1
-	value := pairs[start][0]
-	places := [sprintf("spec.services[%d]", [pairs[m][1]]) | some m in numbers.range(start, end - 1)]
+] if {
+	starts := [k | some k, _ in pairs; run_starts(pairs, k)]
 }
 
 run_starts(_, 0)
@@ -156,6 +180,9 @@ run_starts(pairs, k) if {
 run_end(starts, j, _) := starts[j + 1] if j + 1 < count(starts)
 
 run_end(starts, j, n) := n if j + 1 == count(starts)
+
+# places names the services of one run, in index order.
+places(pairs, start, end) := concat(", ", [sprintf("spec.services[%d]", [pairs[m][1]]) | some m in numbers.range(start, end - 1)])
 
 # The architecture is a fact about the hardware: changing it on an existing
 # QuantumNode would silently retarget workloads. Judged against oldObject.

@@ -55,6 +55,16 @@ test_duplicates_list_every_place_in_every_shape if {
 	}
 }
 
+# Past ten clashes of a field the rest are counted, not spelled out: an
+# answer is clipped to 4 KiB anyway.
+test_clashes_past_ten_are_counted if {
+	svcs := [{"name": sprintf("s%d", [i % 12]), "port": 1000 + i} | some i in numbers.range(0, 23)]
+	denials := quantumnode.deny with input as review("CREATE", node({"hardware": {"arch": "amd64"}, "services": svcs}))
+	count([m | some m in denials; startswith(m, "service name ")]) == 10
+	denials["2 more service names are declared more than once; the first 10 are listed"]
+	count(denials) == 11
+}
+
 # A structure where a scalar belongs is named by its type, never repeated:
 # it may carry a secret, or megabytes.
 test_non_scalar_values_are_named_not_quoted if {
