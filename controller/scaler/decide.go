@@ -68,11 +68,11 @@ const (
 // Memory is the part of the status a decision changes: what the next
 // decision must remember.
 type Memory struct {
-	LastScaleTime   *metav1.Time
-	LastScaleUpTime *metav1.Time
-	BelowLowerSince *metav1.Time
-	MetricFailures  int32
-	Stage           *qnv1alpha1.ScalerStageStatus
+	LastScaleTime   *metav1.Time                  `json:"lastScaleTime,omitempty"`
+	LastScaleUpTime *metav1.Time                  `json:"lastScaleUpTime,omitempty"`
+	BelowLowerSince *metav1.Time                  `json:"belowLowerSince,omitempty"`
+	MetricFailures  int32                         `json:"metricFailures,omitempty"`
+	Stage           *qnv1alpha1.ScalerStageStatus `json:"stage,omitempty"`
 }
 
 // Decision is what the rule asks for, and why.

@@ -137,7 +137,10 @@ that does not load.`,
   qnctl test ./policies
 
   # Check a policy directory before it reaches a cluster
-  qnctl lint ./policies`,
+  qnctl lint ./policies
+
+  # What would this HorizontalQNScaler do at 12.5, now?
+  kubectl get hqs orders -o yaml | qnctl scaler explain - --value 12.5`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion().text(),
@@ -158,6 +161,7 @@ that does not load.`,
 		newTestCommand(opts, s),
 		newLintCommand(opts, s),
 		newAuditCommand(opts, s),
+		newScalerCommand(s),
 		newVersionCommand(s),
 	)
 	return root
