@@ -104,7 +104,7 @@ func TestAuditJudgesTheStoredObjectUnderItsRole(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			store := &countingStore{Store: window.NewMemoryStore(nil, window.MemoryOptions{})}
 			e, _ := stepped(t, nil)
-			e.windows = store
+			e.windows = window.NewGuard(store, window.GuardOptions{})
 			got := e.Audit(context.Background(), tc.obj)
 			if got.Revision != e.Current().Revision {
 				t.Errorf("revision %q, want %q", got.Revision, e.Current().Revision)

@@ -2,7 +2,6 @@ package policies
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -20,8 +19,9 @@ import (
 
 // EngineOptions configure an Engine.
 type EngineOptions struct {
-	// Windows keeps the rate windows; nil uses an in-process store.
-	Windows window.Store
+	// Windows counts the rate windows (a window.Guard in the server); nil
+	// counts them in this process.
+	Windows window.Counter
 	// Metrics, when set, records evaluation latency and window rejections.
 	Metrics *Metrics
 }
@@ -31,9 +31,7 @@ type EngineOptions struct {
 // started with.
 type Engine struct {
 	current atomic.Pointer[Set]
-	windows window.Store
-	// guarded is windows when it applies a role's onStoreError itself.
-	guarded guardedWindows
+	windows window.Counter
 	metrics *Metrics
 }
 
@@ -41,9 +39,9 @@ type Engine struct {
 func NewEngine(set *Set, opts EngineOptions) *Engine {
 	e := &Engine{windows: opts.Windows, metrics: opts.Metrics}
 	if e.windows == nil {
-		e.windows = window.NewMemoryStore(clock.RealClock{}, window.MemoryOptions{})
+		// As qn-webhook counts them by default.
+		e.windows = window.NewGuard(window.NewMemoryStore(clock.RealClock{}, window.MemoryOptions{}), window.GuardOptions{Name: "memory"})
 	}
-	e.guarded, _ = e.windows.(guardedWindows)
 	e.current.Store(set)
 	return e
 }
@@ -98,23 +96,8 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 		}
 	}
 	facts := p.Facts
-	if p.Window != nil {
-		_, span := tracing.Child(ctx, "window")
-		st, err := e.peek(ctx, p, &v)
-		if span != nil {
-			span.SetAttributes(attribute.String("qn.window.op", "peek"), attribute.String("qn.window.key", string(p.Window.Key)))
-		}
-		tracing.End(span, err)
-		switch {
-		case errors.Is(err, window.ErrStoreUnavailable):
-			if v.refuse(storeRefusal(p)); v.settled() {
-				return v.decision()
-			}
-		case err != nil:
-			return v.failed(err)
-		default:
-			facts.Window = st
-		}
+	if d, done := e.readWindow(ctx, p, &v, &facts); done {
+		return d
 	}
 	res, err := e.evaluate(ctx, p, in, facts)
 	if err != nil {
@@ -129,57 +112,10 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 			return v.decision()
 		}
 	}
-	if p.Window != nil {
-		_, span := tracing.Child(ctx, "window")
-		d, ok := e.take(ctx, p, &v)
-		if span != nil {
-			span.SetAttributes(attribute.String("qn.window.op", "take"), attribute.String("qn.window.key", string(p.Window.Key)))
-			if v.window != nil {
-				span.SetAttributes(attribute.Int("qn.window.count", v.window.Count), attribute.Int("qn.window.limit", v.window.Limit))
-			}
-		}
-		tracing.End(span, nil)
-		if !ok {
-			return d
-		}
+	if d, done := e.takeSlot(ctx, p, &v); done {
+		return d
 	}
 	return v.decision()
-}
-
-// take counts an admitted request against its window. Only a request that
-// will be admitted takes a slot; a dry run is judged against the window as
-// it is and takes nothing. ok is false when the decision is already made.
-func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool) {
-	w := p.Window
-	var st window.State
-	var err error
-	admitted := true
-	if p.Facts.DryRun {
-		st, err = e.peekWindow(ctx, p, v)
-		admitted = err == nil && st.Remaining > 0
-	} else {
-		st, admitted, err = e.takeWindow(ctx, p, v)
-	}
-	if errors.Is(err, window.ErrStoreUnavailable) {
-		if v.refuse(storeRefusal(p)); v.settled() {
-			return v.decision(), false
-		}
-		return Decision{}, true
-	}
-	if err != nil {
-		return v.failed(fmt.Errorf("take a slot of rate window %s: %w", w.Key, err)), false
-	}
-	v.window = windowState(w.Spec, st)
-	e.metrics.windowUsed(p.Role, st.Count, st.Limit)
-	if !admitted {
-		e.metrics.windowRejected(p.Role)
-		d := TooManyRequests(windowMessage(p.Role, w.Spec, p.Facts, st))
-		d.RetryAfter = st.RetryAfter
-		if v.refuse(d); v.settled() {
-			return v.decision(), false
-		}
-	}
-	return Decision{}, true
 }
 
 func (e *Engine) mutate(ctx context.Context, p *Plan, in *Input) Decision {
@@ -212,16 +148,6 @@ func (e *Engine) mutate(ctx context.Context, p *Plan, in *Input) Decision {
 	}
 	d.Patch, d.PatchOps = patch, ops
 	return d
-}
-
-// peek reads the requester's window before this request, as policies see
-// it in input.context.window.
-func (e *Engine) peek(ctx context.Context, p *Plan, v *verdict) (*WindowState, error) {
-	st, err := e.peekWindow(ctx, p, v)
-	if err != nil {
-		return nil, fmt.Errorf("read rate window %s: %w", p.Window.Key, err)
-	}
-	return windowState(p.Window.Spec, st), nil
 }
 
 // evaluate runs the role's prepared query and, on the validating path, its
@@ -328,29 +254,4 @@ func (v *verdict) failed(err error) Decision {
 	}
 	d.PolicyFailed = true
 	return d
-}
-
-func windowState(w *Window, st window.State) *WindowState {
-	return &WindowState{
-		Key: string(w.Key), Count: st.Count, Limit: st.Limit,
-		PeriodSeconds: w.Period.Seconds(), Remaining: st.Remaining,
-	}
-}
-
-// windowSubject names whose window a request counts against, for people.
-func windowSubject(role string, w *Window, c Facts) string {
-	switch w.Key {
-	case KeyNamespace:
-		return fmt.Sprintf("namespace %q", c.Namespace)
-	case KeyRole:
-		return fmt.Sprintf("role %q", role)
-	default:
-		return fmt.Sprintf("user %q", c.User)
-	}
-}
-
-// windowMessage says who hit which limit and when a slot frees.
-func windowMessage(role string, w *Window, c Facts, st window.State) string {
-	return fmt.Sprintf("rate window full: role %q allows %d changes per %s per %s; %s has made %d in the last %s; a slot frees in %s",
-		role, w.Limit, w.Period, w.Key, windowSubject(role, w, c), st.Count, w.Period, st.RetryAfter.Round(time.Millisecond))
 }

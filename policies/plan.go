@@ -1,12 +1,9 @@
 package policies
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/quantumnode/qn-admission/policies/pattern"
-	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -71,15 +68,6 @@ type Plan struct {
 	Patterns []*pattern.Policy
 }
 
-// PlannedWindow is the window a request counts against.
-type PlannedWindow struct {
-	// Key identifies the window in the store: role, key kind and a fixed-size
-	// hash of the subject, so a key's size never depends on the request.
-	Key   string
-	Limit window.Limit
-	Spec  *Window
-}
-
 // Plan resolves a request against the current policy set.
 func (e *Engine) Plan(in *Input, path Path) *Plan {
 	return e.current.Load().plan(in, path)
@@ -98,7 +86,7 @@ func (s *Set) plan(in *Input, path Path) *Plan {
 		return p
 	}
 	if w := p.Spec.Window; w != nil && path == PathValidate {
-		p.Window = &PlannedWindow{Key: windowKey(b.role, w, in.Facts), Limit: window.Limit{Count: w.Limit, Period: w.Period}, Spec: w}
+		p.Window = planWindow(b.role, w, in.Facts)
 	}
 	if path == PathMutate {
 		p.Query = s.mutate[b.role]
@@ -113,25 +101,6 @@ func (s *Set) plan(in *Input, path Path) *Plan {
 // in a role that does not enforce the table's refusal).
 func (p *Plan) Evaluates() bool {
 	return p.Exempt == "" && p.Spec != nil && (p.Refusal == nil || p.RefusalEnforceable && p.Spec.Enforcement != EnforceDeny)
-}
-
-// windowKey names whose window a request counts against. The subject is
-// hashed: a key has the same size whatever the user or namespace name, and
-// names are not kept in memory or in a shared store.
-func windowKey(role string, w *Window, c Facts) string {
-	switch w.Key {
-	case KeyNamespace:
-		return role + "/namespace/" + subjectHash(c.Namespace)
-	case KeyRole:
-		return role + "/role"
-	default:
-		return role + "/user/" + subjectHash(c.User)
-	}
-}
-
-func subjectHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
 }
 
 // patternsOnly says the role lists no Rego packages: it has no prepared

@@ -250,6 +250,19 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid str
 	return k.state(now, limit, 0), true, nil
 }
 
+// TakeWith implements Counter: the window is in this process and cannot
+// fail to answer, so onErr never applies.
+func (s *MemoryStore) TakeWith(ctx context.Context, _ OnStoreError, key string, limit Limit, uid string) (Answer, error) {
+	st, ok, err := s.Take(ctx, key, limit, uid)
+	return Answer{State: st, Admitted: ok}, err
+}
+
+// PeekWith implements Counter, as TakeWith.
+func (s *MemoryStore) PeekWith(ctx context.Context, _ OnStoreError, key string, limit Limit) (Answer, error) {
+	st, err := s.Peek(ctx, key, limit)
+	return Answer{State: st}, err
+}
+
 // sweepIfDue sweeps sh once it has served as many Takes as it holds keys
 // (at least SweepEvery), which keeps a sweep at O(1) per Take, or once
 // SweepInterval has passed, which bounds how long idle keys stay at a low

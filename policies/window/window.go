@@ -95,3 +95,20 @@ type Store interface {
 	// and State.RetryAfter says when a slot frees.
 	Take(ctx context.Context, key string, limit Limit, uid string) (State, bool, error)
 }
+
+// Counter is what the policy engine asks of rate windows: Take and Peek
+// with the role's onStoreError. A Guard applies it to a store that can
+// fail (Redis, or any Store under a deadline); a MemoryStore cannot fail,
+// so it answers itself and onErr never applies.
+type Counter interface {
+	// TakeWith is Store.Take, failing as onErr says when the store cannot
+	// answer (see Guard.TakeWith).
+	TakeWith(ctx context.Context, onErr OnStoreError, key string, limit Limit, uid string) (Answer, error)
+	// PeekWith is Store.Peek, failing as onErr says.
+	PeekWith(ctx context.Context, onErr OnStoreError, key string, limit Limit) (Answer, error)
+}
+
+var (
+	_ Counter = (*Guard)(nil)
+	_ Counter = (*MemoryStore)(nil)
+)

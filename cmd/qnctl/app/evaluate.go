@@ -83,7 +83,9 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 	if err != nil {
 		return nil, err
 	}
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: newPrefilledStore(r.Now, r.WindowCount)})
+	// The windows are guarded as qn-webhook guards its store.
+	windows := window.NewGuard(newPrefilledStore(r.Now, r.WindowCount), window.GuardOptions{Name: "memory"})
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: windows})
 	d := &explainingDecider{engine: engine, explain: r.Explain}
 	out := &outcome{}
 	req := rev.Request

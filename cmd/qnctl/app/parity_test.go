@@ -74,7 +74,7 @@ func server(t *testing.T, now time.Time, n int) http.Handler {
 	}
 	clk := clocktesting.NewFakePassiveClock(now)
 	store := &serverStore{mem: window.NewMemoryStore(clk, window.MemoryOptions{}), n: n}
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: store})
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: "memory"})})
 	return webhook.NewHandler(engine, webhook.HandlerOptions{Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 

@@ -27,9 +27,9 @@ import (
 // window (two round trips: the window for the policy input, then the
 // slot), Redis's own CPU excluded.
 func BenchmarkValidateWindowStore(b *testing.B) {
-	stores := map[string]func(b *testing.B) window.Store{
-		"memory": func(*testing.B) window.Store { return window.NewMemoryStore(nil, window.MemoryOptions{}) },
-		"redis": func(b *testing.B) window.Store {
+	stores := map[string]func(b *testing.B) window.Counter{
+		"memory": func(*testing.B) window.Counter { return window.NewMemoryStore(nil, window.MemoryOptions{}) },
+		"redis": func(b *testing.B) window.Counter {
 			srv := redistest.Start(b)
 			c, err := window.NewRedisClient(window.RedisConfig{Address: srv.Addr})
 			if err != nil {
