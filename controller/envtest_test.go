@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,7 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
-	"github.com/quantumnode/qn-admission/config/crd"
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 )
 
 // The control plane (a real kube-apiserver and etcd) and one manager running
@@ -136,9 +137,8 @@ func TestMain(m *testing.M) {
 // fails the test when it cannot.
 func startControlPlane(t testing.TB) *harness {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is empty: these tests need a real kube-apiserver and etcd. " +
-			"Run them with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
+	if _, err := testharness.AssetsDir(); err != nil {
+		t.Fatal(err)
 	}
 	controlPlane.once.Do(func() {
 		controlPlane.h, controlPlane.stop, controlPlane.err = start()
@@ -151,10 +151,6 @@ func startControlPlane(t testing.TB) *harness {
 
 func start() (h *harness, stop func(), err error) {
 	began := time.Now()
-	ours, err := crd.All()
-	if err != nil {
-		return nil, nil, err
-	}
 	policyReports, err := policyReportCRD()
 	if err != nil {
 		return nil, nil, err
@@ -163,17 +159,17 @@ func start() (h *harness, stop func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	env := &envtest.Environment{
-		CRDs:                  append(ours, policyReports),
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	// Every QuantumNode gets a ClusterIP Service: the default /24 runs out
-	// at 253, which the 1,000-node audit benchmark passes.
-	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
-	cfg, err := env.Start()
+	env, cfg, err := testharness.StartControlPlane(testharness.ControlPlaneOptions{
+		MoreCRDs: []*apiextensionsv1.CustomResourceDefinition{policyReports},
+		Configure: func(env *envtest.Environment) {
+			env.Scheme = scheme
+			// Every QuantumNode gets a ClusterIP Service: the default /24
+			// runs out at 253, which the 1,000-node audit benchmark passes.
+			env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
+		},
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", os.Getenv("KUBEBUILDER_ASSETS"), err)
+		return nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -355,18 +351,7 @@ func eventually(t testing.TB, what string, check func() error) {
 // whose work is measured, not bounded.
 func eventuallyWithin(t testing.TB, timeout time.Duration, what string, check func() error) {
 	t.Helper()
-	const interval = 50 * time.Millisecond
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not so after %s: %v", what, timeout, err)
-		}
-		time.Sleep(interval)
-	}
+	testharness.WaitFor(t, timeout, what, check)
 }
 
 // waitForPhase waits until the stored QuantumNode has phase and its Ready

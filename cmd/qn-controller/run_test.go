@@ -28,6 +28,7 @@ import (
 	"github.com/quantumnode/qn-admission/cmd/qn-controller/app"
 	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // runMainEnv makes the test binary run main() instead of the tests, so
@@ -49,21 +50,12 @@ func TestMain(m *testing.M) {
 // on: it serves probes and metrics, reconciles, and on SIGTERM hands the
 // Lease back and exits 0.
 func TestTheCommandAgainstAKubeconfig(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is empty: this test needs a real kube-apiserver and etcd. " +
-			"Run it with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
-	}
 	ours, err := crd.All()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The CRD is installed after the first run, which must refuse to start.
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := harness.ControlPlane(t, harness.ControlPlaneOptions{WithoutCRDs: true})
 	scheme, err := controller.NewScheme()
 	if err != nil {
 		t.Fatal(err)
@@ -368,19 +360,8 @@ func probeSays(url string, code int, want ...string) error {
 	return nil
 }
 
-// eventually polls check until it returns nil or the deadline passes.
+// eventually waits up to 30 seconds until check returns nil.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	const timeout, interval = 30 * time.Second, 50 * time.Millisecond
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not so after %s: %v", what, timeout, err)
-		}
-		time.Sleep(interval)
-	}
+	harness.WaitFor(t, 30*time.Second, what, check)
 }

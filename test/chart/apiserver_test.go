@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
-
-	"github.com/quantumnode/qn-admission/test/e2e"
 )
 
 // Every object of every variation goes to a real kube-apiserver as a
@@ -99,7 +98,7 @@ func TestWebhookConfigurationsFailSafeWithTheWebhookDown(t *testing.T) {
 				"services": []any{map[string]any{"name": "mqtt", "port": int64(8883)}},
 			},
 		}}
-		_, err := c.Dynamic.Resource(e2e.QuantumNodes).Namespace(ns).Create(ctx, qn, metav1.CreateOptions{})
+		_, err := c.Dynamic.Resource(harness.QuantumNodes).Namespace(ns).Create(ctx, qn, metav1.CreateOptions{})
 		return err
 	}
 	refused := func(ns string) func() error {
@@ -124,7 +123,7 @@ func TestWebhookConfigurationsFailSafeWithTheWebhookDown(t *testing.T) {
 	}
 	eventually := func(what string, cond func() error) {
 		t.Helper()
-		if err := e2e.Eventually(ctx, 20*time.Second, cond); err != nil {
+		if err := harness.Eventually(ctx, 20*time.Second, cond); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}

@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/quantumnode/qn-admission/test/e2e"
 )
 
 // CertManagerVersion is the cert-manager release whose CRDs the API server
@@ -34,7 +33,7 @@ const PrometheusOperatorVersion = "v0.85.0"
 
 var (
 	clusterOnce sync.Once
-	clusterVal  *e2e.Cluster
+	clusterVal  *harness.Cluster
 	clusterErr  error
 )
 
@@ -52,7 +51,7 @@ func TestMain(m *testing.M) {
 // cluster starts, once for the package, a kube-apiserver and etcd with the
 // QuantumNode CRD (from its one source, like the chart's crds/) and
 // cert-manager's CRDs. Only the tests that need an API server call it.
-func cluster(t *testing.T) *e2e.Cluster {
+func cluster(t *testing.T) *harness.Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a kube-apiserver; not in -short mode")
@@ -71,7 +70,7 @@ func cluster(t *testing.T) *e2e.Cluster {
 			clusterErr = err
 			return
 		}
-		if clusterVal, clusterErr = e2e.StartCluster(); clusterErr != nil {
+		if clusterVal, clusterErr = harness.StartCluster(); clusterErr != nil {
 			return
 		}
 		_, err = envtest.InstallCRDs(clusterVal.Config, envtest.CRDInstallOptions{Paths: append(certManager, operator...), ErrorIfPathMissing: true})
@@ -124,7 +123,7 @@ func moduleCRDs(ctx context.Context, mod string, files ...string) ([]string, err
 
 // ensureNamespace creates a namespace with labels, or sets the labels of
 // one that exists.
-func ensureNamespace(t *testing.T, c *e2e.Cluster, name string, labels map[string]string) {
+func ensureNamespace(t *testing.T, c *harness.Cluster, name string, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	api := c.Kube.CoreV1().Namespaces()
@@ -149,7 +148,7 @@ func ensureNamespace(t *testing.T, c *e2e.Cluster, name string, labels map[strin
 
 // kubectl runs the built kubectl and fails the test with its output when it
 // fails.
-func kubectl(t *testing.T, c *e2e.Cluster, stdin string, args ...string) string {
+func kubectl(t *testing.T, c *harness.Cluster, stdin string, args ...string) string {
 	t.Helper()
 	out, err := c.RunKubectl(context.Background(), stdin, args...)
 	if err != nil {

@@ -14,10 +14,10 @@ package chart
 import (
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -31,10 +31,9 @@ import (
 // of the test kube-apiserver (hack/k8s-bins.sh).
 const KubeVersion = "v1.36.3"
 
-// Dir is the chart's directory, found from this file's location.
+// Dir is the chart's directory in the checkout.
 func Dir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "qn-admission")
+	return filepath.Join(harness.ModuleRoot(), "charts", "qn-admission")
 }
 
 // Load reads the chart from Dir.

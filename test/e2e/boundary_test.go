@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,7 +55,7 @@ func TestDeletingANamespaceWithRealtimeBatchAndDefaultNodesCompletes(t *testing.
 	// An ordinary user may not delete the realtime node: the webhook does
 	// judge deletions, so what follows is not an open door.
 	bob := impersonating(t, "bob", "qn:developers")
-	err := bob.Resource(QuantumNodes).Namespace(ns).Delete(ctx, "rt", metav1.DeleteOptions{})
+	err := bob.Resource(harness.QuantumNodes).Namespace(ns).Delete(ctx, "rt", metav1.DeleteOptions{})
 	if !apierrors.IsForbidden(err) || !Contains(err, `may not delete a QuantumNode of role "realtime": roles.realtime.delete admits groups system:masters`) {
 		t.Fatalf("an ordinary user deleting a realtime node: want our 403, got %v", err)
 	}
@@ -63,7 +64,7 @@ func TestDeletingANamespaceWithRealtimeBatchAndDefaultNodesCompletes(t *testing.
 	if err := cluster.Kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = Eventually(ctx, 120*time.Second, func() error {
+	err = harness.Eventually(ctx, 120*time.Second, func() error {
 		got, err := cluster.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -101,8 +102,8 @@ func TestOwnerGarbageCollectionDeletesARealtimeNode(t *testing.T) {
 	if err := cluster.Kube.CoreV1().ConfigMaps(namespace).Delete(ctx, owner.Name, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
 		t.Fatal(err)
 	}
-	err = Eventually(ctx, 90*time.Second, func() error {
-		_, err := cluster.Dynamic.Resource(QuantumNodes).Namespace(namespace).Get(ctx, "gc-owned", metav1.GetOptions{})
+	err = harness.Eventually(ctx, 90*time.Second, func() error {
+		_, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Get(ctx, "gc-owned", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -119,7 +120,7 @@ func TestOwnerGarbageCollectionDeletesARealtimeNode(t *testing.T) {
 func TestRemovingOrChangingTheRoleDoesNotEscapeIt(t *testing.T) {
 	registered(t)
 	ctx := context.Background()
-	nodes := cluster.Dynamic.Resource(QuantumNodes).Namespace(namespace)
+	nodes := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace)
 	if _, err := createQN(ctx, cluster.Dynamic, namespace, batchQN("escape-batch"), false); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestAFullWindowTellsTheClientWhenToRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(realtimeQN("dave-121").Object)
-	url := base.JoinPath("apis", QuantumNodes.Group, QuantumNodes.Version, "namespaces", namespace, QuantumNodes.Resource)
+	url := base.JoinPath("apis", harness.QuantumNodes.Group, harness.QuantumNodes.Version, "namespaces", namespace, harness.QuantumNodes.Resource)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url.String(), strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpClient.Do(req)
@@ -246,7 +247,7 @@ func TestTheAuditLogRecordsTheDecision(t *testing.T) {
 	}
 	const prefix = "validate.qn-admission.qn.dev/"
 	var found map[string]string
-	err := Eventually(ctx, 20*time.Second, func() error {
+	err := harness.Eventually(ctx, 20*time.Second, func() error {
 		f, err := os.Open(cluster.AuditLog)
 		if err != nil {
 			return err
@@ -321,7 +322,7 @@ func impersonating(t *testing.T, user string, groups ...string) dynamic.Interfac
 func waitForReload(t *testing.T, done func(ready string) bool) string {
 	t.Helper()
 	var ready string
-	err := Eventually(context.Background(), 20*time.Second, func() error {
+	err := harness.Eventually(context.Background(), 20*time.Second, func() error {
 		var err error
 		ready, err = webhook.Readiness()
 		if err != nil || !done(policiesCheck(ready)) {

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // Every binary names a flag it does not have on stderr and exits non-zero,
@@ -29,7 +31,7 @@ func TestEveryBinaryNamesAnUnknownFlag(t *testing.T) {
 			bin := binary
 			if name != "qn-webhook" {
 				var err error
-				if bin, err = BuildBinary(context.Background(), t.TempDir(), name); err != nil {
+				if bin, err = harness.Build(context.Background(), t.TempDir(), "./cmd/"+name); err != nil {
 					t.Fatal(err)
 				}
 			}

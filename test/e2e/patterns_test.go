@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -32,7 +33,7 @@ func TestBatchRoleJudgedByAPatternPolicy(t *testing.T) {
 	t.Cleanup(func() {
 		_ = os.Remove(brokenFile)
 		_ = os.WriteFile(rolesFile, original, 0o644)
-		_ = Eventually(ctx, 20*time.Second, func() error { return batchDeniedWith(ctx, "batch-pattern-cleanup", "(found priority=high)") })
+		_ = harness.Eventually(ctx, 20*time.Second, func() error { return batchDeniedWith(ctx, "batch-pattern-cleanup", "(found priority=high)") })
 	})
 
 	// A pattern file with a mutate anchor: refused, the last good set serves.
@@ -60,7 +61,7 @@ func TestBatchRoleJudgedByAPatternPolicy(t *testing.T) {
 	if err := os.WriteFile(rolesFile, []byte(switched), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Eventually(ctx, 20*time.Second, func() error {
+	if err := harness.Eventually(ctx, 20*time.Second, func() error {
 		return batchDeniedWith(ctx, "batch-pattern-dry", batchPatternDenial)
 	}); err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ spec:
 		t.Fatalf("kubectl create of a high-priority batch node:\n got %s\nwant %s", out, want)
 	}
 	// The decision log records the pattern's denial like a Rego rule's.
-	if err := Eventually(ctx, 5*time.Second, func() error {
+	if err := harness.Eventually(ctx, 5*time.Second, func() error {
 		for _, line := range strings.Split(webhook.Logs(), "\n") {
 			if strings.Contains(line, `"name":"batch-pattern-high"`) && strings.Contains(line, `"decision":"denied"`) &&
 				strings.Contains(line, `"reasons":["batch QuantumNodes must carry label priority=low (pattern batch-priority-low failed at /metadata/labels/priority/`) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -50,7 +51,7 @@ func TestHotReloadSwitchesARoleToWarn(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = os.WriteFile(rolesFile, original, 0o644)
-		_ = Eventually(ctx, 20*time.Second, func() error { return batchDenied(ctx, cluster.Dynamic, "batch-cleanup") })
+		_ = harness.Eventually(ctx, 20*time.Second, func() error { return batchDenied(ctx, cluster.Dynamic, "batch-cleanup") })
 	})
 
 	// A broken edit: the last good set keeps serving.
@@ -83,7 +84,7 @@ func TestHotReloadSwitchesARoleToWarn(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := 0
-	err = Eventually(ctx, 20*time.Second, func() error {
+	err = harness.Eventually(ctx, 20*time.Second, func() error {
 		i++
 		o := qn(fmt.Sprintf("batch-warn-%d", i), "amd64", svc("job", 9000))
 		o.SetAnnotations(map[string]string{"qn-role": "batch"})

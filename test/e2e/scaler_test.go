@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -31,8 +32,8 @@ func scaler(name, query string) *unstructured.Unstructured {
 func scalerCheckActive(t *testing.T) {
 	t.Helper()
 	registered(t)
-	err := Eventually(context.Background(), 30*time.Second, func() error {
-		_, err := cluster.Dynamic.Resource(Scalers).Namespace(namespace).Create(context.Background(), scaler("probe", "x +"),
+	err := harness.Eventually(context.Background(), 30*time.Second, func() error {
+		_, err := cluster.Dynamic.Resource(harness.Scalers).Namespace(namespace).Create(context.Background(), scaler("probe", "x +"),
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if !Contains(err, "parse error") {
 			return fmt.Errorf("the scaler webhook is not active yet: %v", err)
@@ -51,7 +52,7 @@ func scalerCheckActive(t *testing.T) {
 func TestAScalerWhoseQueryDoesNotParseIsRefused(t *testing.T) {
 	scalerCheckActive(t)
 	ctx := context.Background()
-	scalers := cluster.Dynamic.Resource(Scalers).Namespace(namespace)
+	scalers := cluster.Dynamic.Resource(harness.Scalers).Namespace(namespace)
 
 	_, err := scalers.Create(ctx, scaler("orders", `sum(rate(orders_total[5m])`), metav1.CreateOptions{})
 	want := `admission webhook "validate-scalers.qn-admission.qn.dev" denied the request: HorizontalQNScaler orders is invalid: spec.qnMetric.query: 1:27: parse error: unclosed left parenthesis`

@@ -10,13 +10,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // TestSIGTERMDrainsInFlightRequests: a request that is still being sent
 // when qn-webhook gets SIGTERM is answered in full before the process
 // exits, and the process exits cleanly.
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
-	w, err := StartWebhook(binary, t.TempDir(), "--shutdown-grace-period", "10s")
+	w, err := startWebhook(t.TempDir(), "--shutdown-grace-period", "10s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,25 +41,21 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	// counts a request as in flight from then on. A request whose headers
 	// were not read yet is closed unanswered, which clients retry.
 	inFlight := `qn_admission_requests_in_flight{webhook="validate"} 1`
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if m, err := w.Metrics(); err == nil && strings.Contains(m, inFlight) {
-			break
+	harness.WaitFor(t, 10*time.Second, "the request shows as in flight", func() error {
+		if m, err := w.Metrics(); err != nil || !strings.Contains(m, inFlight) {
+			return fmt.Errorf("no %s (%v)", inFlight, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the request never showed as in flight (%s)", inFlight)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return nil
+	})
+	if err := w.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(w.Logs(), "shutting down: draining in-flight admission requests") {
-		if time.Now().After(deadline) {
-			t.Fatalf("qn-webhook did not start draining:\n%s", w.Logs())
+	harness.WaitFor(t, 10*time.Second, "qn-webhook drains", func() error {
+		if !strings.Contains(w.Logs(), "shutting down: draining in-flight admission requests") {
+			return fmt.Errorf("no draining line:\n%s", w.Logs())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, err := conn.Write([]byte(body[half:])); err != nil {
 		t.Fatalf("the in-flight request's connection was dropped: %v", err)
 	}
@@ -72,11 +70,11 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 		t.Fatalf("the in-flight request must be answered in full: %d %s", resp.StatusCode, answer.String())
 	}
 	select {
-	case <-w.exited:
+	case <-w.Exited():
 	case <-time.After(15 * time.Second):
 		t.Fatal("qn-webhook did not exit after draining")
 	}
-	if code := w.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := w.ExitCode(); code != 0 {
 		t.Fatalf("qn-webhook exited with %d:\n%s", code, w.Logs())
 	}
 }

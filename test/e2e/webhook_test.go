@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,8 +21,8 @@ import (
 
 var (
 	policyDir string
-	cluster   *Cluster
-	webhook   *WebhookProcess
+	cluster   *harness.Cluster
+	webhook   *harness.Webhook
 	binary    string
 	suiteDir  string
 )
@@ -41,11 +42,11 @@ func runSuite(m *testing.M) int {
 	}
 	defer os.RemoveAll(suiteDir)
 	start := time.Now()
-	if binary, err = BuildWebhook(ctx, suiteDir); err != nil {
+	if binary, err = harness.Build(ctx, suiteDir, "./cmd/qn-webhook"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if cluster, err = StartCluster(); err != nil {
+	if cluster, err = harness.StartCluster(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -54,11 +55,11 @@ func runSuite(m *testing.M) int {
 	// The suite's webhook serves a directory copy of the bundled policies, so
 	// tests can change them and watch the hot reload.
 	policyDir = suiteDir + "/policies"
-	if err := WriteBundledPolicies(policyDir); err != nil {
+	if err := harness.WriteBundledPolicies(policyDir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if webhook, err = StartWebhook(binary, suiteDir+"/certs", "--policy-dir", policyDir, "--policy-poll-interval", "500ms"); err != nil {
+	if webhook, err = startWebhook(suiteDir+"/certs", "--policy-dir", policyDir, "--policy-poll-interval", "500ms"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -92,7 +93,7 @@ func registered(t *testing.T) {
 			return
 		}
 		start := time.Now()
-		registerErr = Eventually(ctx, 30*time.Second, func() error {
+		registerErr = harness.Eventually(ctx, 30*time.Second, func() error {
 			_, err := createQN(ctx, cluster.Dynamic, namespace, qn("probe", "arm64", svc("a", 8080), svc("b", 8080)), true)
 			if !Contains(err, "port 8080 is declared 2 times") {
 				return fmt.Errorf("validating webhook not active yet: %v", err)
@@ -138,7 +139,7 @@ func createQN(ctx context.Context, dyn dynamic.Interface, ns string, obj *unstru
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	return dyn.Resource(QuantumNodes).Namespace(ns).Create(ctx, obj, opts)
+	return dyn.Resource(harness.QuantumNodes).Namespace(ns).Create(ctx, obj, opts)
 }
 
 func TestAValidQuantumNodeIsStoredWithTheMutationApplied(t *testing.T) {
@@ -148,7 +149,7 @@ func TestAValidQuantumNodeIsStoredWithTheMutationApplied(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a valid QuantumNode should be admitted: %v", err)
 	}
-	stored, err := cluster.Dynamic.Resource(QuantumNodes).Namespace(namespace).Get(ctx, created.GetName(), metav1.GetOptions{})
+	stored, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Get(ctx, created.GetName(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestInvalidQuantumNodesAreRejectedWithOurMessage(t *testing.T) {
 			if !apierrors.IsForbidden(err) || !Contains(err, tc.want...) {
 				t.Fatalf("want 403 Forbidden containing %q, got %v", tc.want, err)
 			}
-			if _, err := cluster.Dynamic.Resource(QuantumNodes).Namespace(namespace).Get(ctx, tc.obj.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			if _, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Get(ctx, tc.obj.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Fatalf("a rejected object must not be stored, get returned %v", err)
 			}
 		})
@@ -209,7 +210,7 @@ func TestTheSchemaStillRejectsWhatItCanExpress(t *testing.T) {
 func TestAnUpdateIsJudgedWithItsOldObject(t *testing.T) {
 	registered(t)
 	ctx := context.Background()
-	api := cluster.Dynamic.Resource(QuantumNodes).Namespace(namespace)
+	api := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace)
 	created, err := createQN(ctx, cluster.Dynamic, namespace, qn("edge-update", "arm64", svc("mqtt", 8883)), false)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ func TestServerSideDryRunIsJudgedAndStoresNothing(t *testing.T) {
 	if err != nil || got.GetLabels()["qn.dev/managed-by"] != "qn-admission" {
 		t.Fatalf("a dry-run of a valid object should be admitted and mutated, got %v %v", err, got)
 	}
-	if _, err := cluster.Dynamic.Resource(QuantumNodes).Namespace(namespace).Get(ctx, "edge-dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Get(ctx, "edge-dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a dry-run must store nothing, get returned %v", err)
 	}
 }
@@ -329,7 +330,7 @@ func TestFailurePolicy(t *testing.T) {
 		Name: ns, Labels: map[string]string{"qn-e2e/failure-policy": "true"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	second, err := StartWebhook(binary, t.TempDir())
+	second, err := startWebhook(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +347,7 @@ func TestFailurePolicy(t *testing.T) {
 		_ = cluster.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, reg.Name, metav1.DeleteOptions{})
 	})
 	// Wait until the second webhook is called: its denial names it.
-	err = Eventually(ctx, 30*time.Second, func() error {
+	err = harness.Eventually(ctx, 30*time.Second, func() error {
 		_, err := createQN(ctx, cluster.Dynamic, ns, qn("probe", "arm64", svc("a", 8080), svc("b", 8080)), true)
 		if !Contains(err, `admission webhook "validate.qn-failure.qn.dev" denied the request`) {
 			return fmt.Errorf("second webhook not active yet: %v", err)
@@ -370,7 +371,7 @@ func TestFailurePolicy(t *testing.T) {
 	if err := Register(ctx, cluster.Kube, reg); err != nil {
 		t.Fatal(err)
 	}
-	err = Eventually(ctx, 30*time.Second, func() error {
+	err = harness.Eventually(ctx, 30*time.Second, func() error {
 		_, err := createQN(ctx, cluster.Dynamic, ns, qn("edge-ignore", "arm64", svc("a", 8080)), false)
 		return err
 	})
@@ -378,8 +379,14 @@ func TestFailurePolicy(t *testing.T) {
 		t.Fatalf("with failurePolicy Ignore and the webhook down, a create must be admitted: %v", err)
 	}
 	// The suite's own webhook still judged it: it carries the label.
-	got, err := cluster.Dynamic.Resource(QuantumNodes).Namespace(ns).Get(ctx, "edge-ignore", metav1.GetOptions{})
+	got, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(ns).Get(ctx, "edge-ignore", metav1.GetOptions{})
 	if err != nil || got.GetLabels()["qn.dev/managed-by"] != "qn-admission" {
 		t.Fatalf("the object should be stored and mutated by the suite's webhook: %v %v", err, got)
 	}
+}
+
+// startWebhook runs the suite's qn-webhook binary with self-signed TLS in
+// certDir, plus extra flags, until it serves.
+func startWebhook(certDir string, extra ...string) (*harness.Webhook, error) {
+	return harness.StartWebhook(binary, certDir, harness.WebhookOptions{Args: extra})
 }

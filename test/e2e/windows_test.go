@@ -18,13 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
 // replica is one qn-webhook process of a test, with a client that trusts
 // its self-signed CA.
 type replica struct {
-	*WebhookProcess
+	*harness.Webhook
 	client *http.Client
 }
 
@@ -36,13 +37,13 @@ func startReplicas(t *testing.T, n int, policyDir string, extra ...string) []rep
 	var rs []replica
 	for i := range n {
 		args := append([]string{"--policy-dir", policyDir}, extra...)
-		w, err := StartWebhook(binary, filepath.Join(t.TempDir(), fmt.Sprintf("certs-%d", i)), args...)
+		w, err := startWebhook(filepath.Join(t.TempDir(), fmt.Sprintf("certs-%d", i)), args...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(w.CABundle)
-		rs = append(rs, replica{WebhookProcess: w, client: &http.Client{
+		rs = append(rs, replica{Webhook: w, client: &http.Client{
 			Timeout:   10 * time.Second,
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 16},
 		}})
@@ -66,7 +67,7 @@ func startReplicas(t *testing.T, n int, policyDir string, extra ...string) []rep
 func windowPolicies(t *testing.T, replacements ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "policies")
-	if err := WriteBundledPolicies(dir); err != nil {
+	if err := harness.WriteBundledPolicies(dir); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "roles.yaml")
@@ -379,7 +380,7 @@ func TestWindowStoreOutage(t *testing.T) {
 			// Counting resumes in Redis with the first request after it
 			// is back.
 			for i, r := range rs {
-				if err := Eventually(context.Background(), 10*time.Second, func() error {
+				if err := harness.Eventually(context.Background(), 10*time.Second, func() error {
 					if a := r.review(t, uid(), "alice", "realtime"); !a.Allowed {
 						return fmt.Errorf("realtime still refused: %d %s", a.Code, a.Message)
 					}

@@ -19,10 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	admissionv1 "k8s.io/api/admission/v1"
-
-	"github.com/quantumnode/qn-admission/test/e2e"
-	"github.com/quantumnode/qn-admission/test/load"
 )
 
 // rssLimit is the memory the suite holds qn-webhook to: the peak RSS
@@ -37,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary, err = e2e.BuildWebhook(context.Background(), dir)
+	binary, err = harness.Build(context.Background(), dir, "./cmd/qn-webhook")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -50,7 +48,7 @@ func TestMain(m *testing.M) {
 // server is one running qn-webhook and a client that trusts it.
 type server struct {
 	t      *testing.T
-	proc   *e2e.WebhookProcess
+	proc   *harness.Webhook
 	client *http.Client
 }
 
@@ -62,7 +60,7 @@ func start(t *testing.T, extra ...string) *server {
 // startIn is start with the self-signed pair written to certDir.
 func startIn(t *testing.T, certDir string, extra ...string) *server {
 	t.Helper()
-	proc, err := e2e.StartWebhook(binary, certDir, extra...)
+	proc, err := harness.StartWebhook(binary, certDir, harness.WebhookOptions{Args: extra})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,15 +170,15 @@ func (s *server) normalStillWorks() {
 }
 
 // memory reads VmRSS and VmHWM and fails the test above rssLimit.
-func (s *server) memory() load.ProcStats {
+func (s *server) memory() harness.ProcStats {
 	s.t.Helper()
 	return s.memoryUnder(rssLimit)
 }
 
 // memoryUnder is memory with another bound.
-func (s *server) memoryUnder(bound uint64) load.ProcStats {
+func (s *server) memoryUnder(bound uint64) harness.ProcStats {
 	s.t.Helper()
-	st, err := load.ReadProc(s.proc.PID())
+	st, err := harness.ReadProc(s.proc.PID())
 	if err != nil {
 		s.t.Fatal(err)
 	}

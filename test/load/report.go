@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // Names of the servers the comparison runs.
@@ -52,14 +54,7 @@ func DescribeMachine(opaVersion string) Machine {
 			}
 		}
 	}
-	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for line := range strings.SplitSeq(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && k == "MemTotal" {
-				m.MemoryBytes = parseKB(v)
-				break
-			}
-		}
-	}
+	m.MemoryBytes = harness.MemoryTotal()
 	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(data))
 	}

@@ -1,91 +1,49 @@
 package load
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/quantumnode/qn-admission/certs"
-	"github.com/quantumnode/qn-admission/test/e2e"
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
-// ModuleRoot is the qn-admission checkout this package was built from.
-func ModuleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-// Server is a running target process.
+// Server is a running target process: what the load generator aims at,
+// and the process that serves it.
 type Server struct {
 	*Target
-	proc *process
+	proc *harness.Process
 }
 
 // Stop sends SIGTERM and waits for the process to exit (killing it after
 // 20 seconds).
-func (s *Server) Stop() error { return s.proc.stop() }
+func (s *Server) Stop() error { return s.proc.Stop() }
 
 // Logs is the tail of what the process printed.
-func (s *Server) Logs() string { return s.proc.logs() }
+func (s *Server) Logs() string { return s.proc.Logs() }
 
 // LogField returns field key of the first JSON log line whose msg is msg,
 // or "" if the process printed none.
-func (s *Server) LogField(msg, key string) string {
-	for line := range strings.SplitSeq(s.Logs(), "\n") {
-		var entry map[string]any
-		if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == msg {
-			v, _ := entry[key].(string)
-			return v
-		}
-	}
-	return ""
-}
+func (s *Server) LogField(msg, key string) string { return s.proc.LogField(msg, key) }
 
-// BuildWebhook compiles cmd/qn-webhook into dir.
-func BuildWebhook(ctx context.Context, dir string) (string, error) {
-	return e2e.BuildWebhook(ctx, dir)
-}
-
-// BuildCeiling compiles the bare-TLS ceiling server into dir.
-func BuildCeiling(ctx context.Context, dir string) (string, error) {
-	return goBuild(ctx, filepath.Join(dir, "ceiling"), "./test/load/cmd/ceiling")
-}
-
-// BuildProfilingWebhook compiles qn-webhook with a pprof listener
-// (test/load/cmd/qnprof) into dir, for CPU profiles under load.
-func BuildProfilingWebhook(ctx context.Context, dir string) (string, error) {
-	return goBuild(ctx, filepath.Join(dir, "qnprof"), "./test/load/cmd/qnprof")
-}
-
-func goBuild(ctx context.Context, out, pkg string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", e2e.BuildTags, "-o", out, pkg)
-	cmd.Dir = ModuleRoot()
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return out, nil
-}
+// serverProcess are the process options of every target: the last 64 KiB
+// of its output kept, 20 seconds to stop.
+var serverProcess = harness.ProcessOptions{KeepLast: 64 << 10, StopGrace: 20 * time.Second}
 
 const opaModule = "github.com/open-policy-agent/opa"
 
 // OPAVersion is the OPA module version go.mod pins.
 func OPAVersion(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", opaModule)
-	cmd.Dir = ModuleRoot()
+	cmd.Dir = harness.ModuleRoot()
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("go list -m %s: %v", opaModule, err)
@@ -175,47 +133,42 @@ func StartWebhook(name, bin, certDir string, extra ...string) (*Server, error) {
 // StartWebhookWithEnv is StartWebhook with extra environment variables
 // (e.g. GOGC=400), for comparing runtime settings.
 func StartWebhookWithEnv(name, bin, certDir string, env []string, extra ...string) (*Server, error) {
-	args := append([]string{
-		"--tls-self-signed", "--tls-self-signed-dir", certDir,
-		"--listen-address", "127.0.0.1:0", "--probe-address", "127.0.0.1:0",
-		"--log-format", "json", "--decision-log", os.DevNull,
-	}, extra...)
-	p, addr, err := startServing(bin, args, env)
+	opts := serverProcess
+	opts.Env = env
+	w, err := harness.StartWebhook(bin, certDir, harness.WebhookOptions{
+		Args:    append([]string{"--decision-log", os.DevNull}, extra...),
+		Process: opts,
+	})
 	if err != nil {
-		return nil, err
-	}
-	pool, err := caPool(filepath.Join(certDir, certs.CAFileName))
-	if err != nil {
-		p.stop()
 		return nil, err
 	}
 	return &Server{Target: &Target{
-		Name: name, BaseURL: "https://" + addr, ValidatePath: "/validate", MutatePath: "/mutate",
-		RootCAs: pool, PID: p.cmd.Process.Pid, Judges: true,
-	}, proc: p}, nil
+		Name: name, BaseURL: "https://" + w.Address, ValidatePath: "/validate", MutatePath: "/mutate",
+		RootCAs: w.RootCAs, PID: w.PID(), Judges: true,
+	}, proc: w.Process}, nil
 }
 
 // StartCeiling runs the bare-TLS ceiling server with a certificate in
 // certDir.
 func StartCeiling(bin, certDir string) (*Server, error) {
-	p, addr, err := startServing(bin, []string{"--listen-address", "127.0.0.1:0", "--tls-dir", certDir}, nil)
+	p, serving, err := harness.StartServing(bin, []string{"--listen-address", "127.0.0.1:0", "--tls-dir", certDir}, serverProcess, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := caPool(filepath.Join(certDir, certs.CAFileName))
+	_, pool, err := harness.ReadCA(filepath.Join(certDir, certs.CAFileName))
 	if err != nil {
-		p.stop()
+		_ = p.Stop()
 		return nil, err
 	}
 	return &Server{Target: &Target{
-		Name: "bare TLS ceiling", BaseURL: "https://" + addr, ValidatePath: "/validate", MutatePath: "/mutate",
-		RootCAs: pool, PID: p.cmd.Process.Pid,
+		Name: "bare TLS ceiling", BaseURL: "https://" + serving.Address, ValidatePath: "/validate", MutatePath: "/mutate",
+		RootCAs: pool, PID: p.PID(),
 	}, proc: p}, nil
 }
 
 // OPADir is test/load/opa: the OPA configuration and the QuantumNode
 // policy written as OPA's Kubernetes admission tutorial does.
-func OPADir() string { return filepath.Join(ModuleRoot(), "test", "load", "opa") }
+func OPADir() string { return filepath.Join(harness.ModuleRoot(), "test", "load", "opa") }
 
 // OPAMutatePath is the decision the mutating webhook asks OPA for, through
 // the v0 data API (input is the raw body, the answer the raw document):
@@ -235,19 +188,19 @@ func StartOPA(bin, certDir string) (*Server, error) {
 		return nil, err
 	}
 	dir := OPADir()
-	p, err := startProcess(bin, []string{
+	p, err := harness.Start(bin, []string{
 		"run", "--server", "--addr", addr,
 		"--tls-cert-file", bundle.CertFile, "--tls-private-key-file", bundle.KeyFile,
 		"--config-file", filepath.Join(dir, "config.yaml"),
 		"--disable-telemetry", "--log-level", "error",
 		filepath.Join(dir, "policy"),
-	}, nil, nil)
+	}, serverProcess)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := caPool(bundle.CAFile)
+	_, pool, err := harness.ReadCA(bundle.CAFile)
 	if err != nil {
-		p.stop()
+		_ = p.Stop()
 		return nil, err
 	}
 	// opa says it listens before it is ready; /health answers 200 once the
@@ -264,18 +217,18 @@ func StartOPA(bin, certDir string) (*Server, error) {
 			}
 		}
 		select {
-		case <-p.exited:
-			return nil, fmt.Errorf("opa exited before serving:\n%s", p.logs())
+		case <-p.Exited():
+			return nil, fmt.Errorf("opa exited before serving:\n%s", p.Logs())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("opa not healthy within 30s (last: %v):\n%s", err, p.logs())
+			_ = p.Stop()
+			return nil, fmt.Errorf("opa not healthy within 30s (last: %v):\n%s", err, p.Logs())
 		}
 	}
 	return &Server{Target: &Target{
 		Name: "OPA", BaseURL: "https://" + addr, ValidatePath: "/", MutatePath: OPAMutatePath,
-		RootCAs: pool, PID: p.cmd.Process.Pid, Judges: true,
+		RootCAs: pool, PID: p.PID(), Judges: true,
 	}, proc: p}, nil
 }
 
@@ -283,7 +236,7 @@ func StartOPA(bin, certDir string) (*Server, error) {
 // each with its own policy package that no fixture's role uses: the cost of
 // a decision must not grow with other roles' policies.
 func WriteExtraPolicies(dir string, n int) error {
-	if err := e2e.WriteBundledPolicies(dir); err != nil {
+	if err := harness.WriteBundledPolicies(dir); err != nil {
 		return err
 	}
 	rolesFile := filepath.Join(dir, "roles.yaml")
@@ -309,18 +262,6 @@ func WriteExtraPolicies(dir string, n int) error {
 	return os.WriteFile(rolesFile, []byte(b.String()), 0o644)
 }
 
-func caPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no certificate", file)
-	}
-	return pool, nil
-}
-
 func freePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -328,112 +269,4 @@ func freePort() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// startServing starts bin and waits for its JSON log line
-// {"msg":"serving admission webhooks","address":...} (qn-webhook's, which
-// the ceiling copies).
-func startServing(bin string, args, env []string) (*process, string, error) {
-	serving := make(chan string, 1)
-	p, err := startProcess(bin, args, env, func(line []byte) {
-		var entry struct {
-			Msg     string `json:"msg"`
-			Address string `json:"address"`
-		}
-		if json.Unmarshal(line, &entry) == nil && entry.Msg == "serving admission webhooks" {
-			select {
-			case serving <- entry.Address:
-			default:
-			}
-		}
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	select {
-	case addr := <-serving:
-		return p, addr, nil
-	case <-p.exited:
-		return nil, "", fmt.Errorf("%s exited before serving:\n%s", filepath.Base(bin), p.logs())
-	case <-time.After(60 * time.Second):
-		p.stop()
-		return nil, "", fmt.Errorf("%s did not start serving within 60s:\n%s", filepath.Base(bin), p.logs())
-	}
-}
-
-// process is a child process whose output is kept (the last 64 KiB).
-type process struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	mu     sync.Mutex
-	tail   []byte
-}
-
-const logTail = 64 << 10
-
-func startProcess(bin string, args, env []string, onLine func([]byte)) (*process, error) {
-	p := &process{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
-	if len(env) > 0 {
-		p.cmd.Env = append(os.Environ(), env...)
-	}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	p.cmd.Stderr = p
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			_, _ = p.Write(append(sc.Bytes(), '\n'))
-			if onLine != nil {
-				onLine(sc.Bytes())
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		<-scanned
-		_ = p.cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-func (p *process) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.tail = append(p.tail, b...)
-	if len(p.tail) > logTail {
-		p.tail = append(p.tail[:0], p.tail[len(p.tail)-logTail:]...)
-	}
-	return len(b), nil
-}
-
-func (p *process) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return string(p.tail)
-}
-
-func (p *process) stop() error {
-	select {
-	case <-p.exited:
-		return nil
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return fmt.Errorf("%s did not exit within 20s of SIGTERM", filepath.Base(p.cmd.Path))
-	}
-	return nil
 }

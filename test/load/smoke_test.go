@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // TestSmoke runs the comparison in miniature against the real binaries:
@@ -21,11 +23,11 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	webhookBin, err := BuildWebhook(ctx, dir)
+	webhookBin, err := harness.Build(ctx, dir, "./cmd/qn-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ceilingBin, err := BuildCeiling(ctx, dir)
+	ceilingBin, err := harness.Build(ctx, dir, "./test/load/cmd/ceiling")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // Scenario is one way of loading every target, measured in several slices.
@@ -152,7 +154,7 @@ func (s *Suite) runScenario(ctx context.Context, sc Scenario) (ScenarioResult, e
 }
 
 func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (Slice, error) {
-	m0, err := ReadMachineCPU()
+	m0, err := harness.ReadMachineCPU()
 	if err != nil {
 		return Slice{}, err
 	}
@@ -170,7 +172,7 @@ func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (S
 	if err != nil {
 		return Slice{}, err
 	}
-	m1, err := ReadMachineCPU()
+	m1, err := harness.ReadMachineCPU()
 	if err != nil {
 		return Slice{}, err
 	}

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quantumnode/qn-admission/test/load"
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // memorySample is the server's memory at one moment of the soak.
@@ -48,7 +48,7 @@ func sampleMemory(pid int, metricsURL string, interval time.Duration) *memorySam
 				return
 			case <-tick.C:
 			}
-			st, err := load.ReadProc(pid)
+			st, err := harness.ReadProc(pid)
 			if err != nil {
 				continue
 			}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/load"
 )
 
@@ -39,12 +40,12 @@ func TestSoak(t *testing.T) {
 	defer cancel()
 
 	dir := t.TempDir()
-	bin, err := load.BuildWebhook(ctx, dir)
+	bin, err := harness.Build(ctx, dir, "./cmd/qn-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
 	policyDir := filepath.Join(dir, "policies")
-	copyDir(t, filepath.Join(load.ModuleRoot(), "rego", "bundle"), policyDir)
+	copyDir(t, filepath.Join(harness.ModuleRoot(), "rego", "bundle"), policyDir)
 	certDir := filepath.Join(dir, "certs")
 	flags := []string{"--policy-dir", policyDir, "--policy-poll-interval", "1s", "--cert-poll-interval", "1s"}
 	// SOAK_HEAP_PROFILES=dir keeps Go heap profiles of the server at the
@@ -68,7 +69,7 @@ func TestSoak(t *testing.T) {
 	ca := newCA(t)
 	server.RootCAs.AddCert(ca.cert)
 
-	fixtures, err := load.LoadFixtures(load.DefaultFixtureDir(load.ModuleRoot()))
+	fixtures, err := load.LoadFixtures(load.DefaultFixtureDir(harness.ModuleRoot()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestSoak(t *testing.T) {
 	if _, err := client.Run(ctx, load.Load{Calls: calls, Concurrency: 8, Duration: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	before, err := load.ReadProc(server.PID)
+	before, err := harness.ReadProc(server.PID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := load.ReadProc(server.PID)
+	after, err := harness.ReadProc(server.PID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,31 +15,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/spf13/pflag"
 	admissionv1 "k8s.io/api/admission/v1"
 )
-
-// syncBuffer collects log lines written from the servers' goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // options parses args with qn-webhook's own flag set, as main does.
 func options(t *testing.T, args ...string) *Options {
@@ -67,13 +49,13 @@ type started struct {
 	*Program
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
+	logs   *harness.Output
 	client *http.Client
 }
 
 func start(t *testing.T, dir string, args ...string) *started {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &harness.Output{}
 	o := options(t, append(localArgs(dir), args...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := Build(ctx, o, slog.New(slog.NewJSONHandler(logs, nil)))
@@ -150,15 +132,14 @@ func (s *started) probe(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func waitForLog(t *testing.T, logs *syncBuffer, msg string) {
+func waitForLog(t *testing.T, logs *harness.Output, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), `"msg":"`+msg+`"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q line in the log:\n%s", msg, logs.String())
+	harness.WaitFor(t, 10*time.Second, "a "+msg+" log line", func() error {
+		if !strings.Contains(logs.String(), `"msg":"`+msg+`"`) {
+			return fmt.Errorf("none in the log:\n%s", logs.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // The whole program, built from flags as main builds it, answers real

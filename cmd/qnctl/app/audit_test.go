@@ -8,12 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"github.com/quantumnode/qn-admission/test/harness"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/quantumnode/qn-admission/config/crd"
 )
 
 func TestAudit(t *testing.T) {
@@ -142,20 +140,7 @@ func TestAuditJSONListsEveryRuleOfEveryNode(t *testing.T) {
 // qnctl audit with no file reads the cluster of the kubeconfig, as a user
 // who may only list QuantumNodes would.
 func TestAuditReadsALiveCluster(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is empty: this test needs a real kube-apiserver and etcd. " +
-			"Run it with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
-	}
-	quantumNodes, err := crd.QuantumNode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{quantumNodes}}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := harness.ControlPlane(t, harness.ControlPlaneOptions{})
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/load"
 )
 
@@ -67,7 +68,7 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	root := load.ModuleRoot()
+	root := harness.ModuleRoot()
 	fixtures, err := load.LoadFixtures(load.DefaultFixtureDir(root))
 	if err != nil {
 		return err
@@ -92,11 +93,11 @@ func run(ctx context.Context, o options) error {
 	defer os.RemoveAll(work)
 
 	logf("building qn-webhook, the ceiling and opa")
-	webhookBin, err := load.BuildWebhook(ctx, work)
+	webhookBin, err := harness.Build(ctx, work, "./cmd/qn-webhook")
 	if err != nil {
 		return err
 	}
-	ceilingBin, err := load.BuildCeiling(ctx, work)
+	ceilingBin, err := harness.Build(ctx, work, "./test/load/cmd/ceiling")
 	if err != nil {
 		return err
 	}
@@ -254,7 +255,7 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 // profile runs qn-webhook with a pprof listener under the closed validate
 // loop and saves a CPU profile of it.
 func profile(ctx context.Context, o options, work string, fixtures []*load.Fixture) error {
-	bin, err := load.BuildProfilingWebhook(ctx, work)
+	bin, err := harness.Build(ctx, work, "./test/load/cmd/qnprof")
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package load
+package harness
 
 import (
 	"context"
@@ -8,11 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/quantumnode/qn-admission/test/e2e"
 )
 
-// The shipped build leaves gin's MessagePack codec out (e2e.BuildTags), and the
+// The shipped build leaves gin's MessagePack codec out (BuildTags), and the
 // Makefile builds with the same tags as the tests.
 func TestShippedBuildLeavesOutTheMessagePackCodec(t *testing.T) {
 	const codec = "github.com/ugorji/go/codec"
@@ -38,8 +36,8 @@ func TestShippedBuildLeavesOutTheMessagePackCodec(t *testing.T) {
 	if !has(deps("")) {
 		t.Logf("%s is not linked even without tags: gin no longer needs nomsgpack", codec)
 	}
-	if has(deps(e2e.BuildTags)) {
-		t.Errorf("qn-webhook built with -tags %s still links %s", e2e.BuildTags, codec)
+	if has(deps(BuildTags)) {
+		t.Errorf("qn-webhook built with -tags %s still links %s", BuildTags, codec)
 	}
 
 	makefile, err := os.ReadFile(filepath.Join(ModuleRoot(), "Makefile"))
@@ -49,8 +47,8 @@ func TestShippedBuildLeavesOutTheMessagePackCodec(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^BUILD_TAGS \?= (.*)$`).FindSubmatch(makefile)
 	switch {
 	case m == nil:
-		t.Errorf("the Makefile has no BUILD_TAGS ?= line; it must build with %q, as the tests do", e2e.BuildTags)
-	case strings.TrimSpace(string(m[1])) != e2e.BuildTags:
-		t.Errorf("the Makefile's BUILD_TAGS is %q; it must be %q, as the tests build", m[1], e2e.BuildTags)
+		t.Errorf("the Makefile has no BUILD_TAGS ?= line; it must build with %q, as the tests do", BuildTags)
+	case strings.TrimSpace(string(m[1])) != BuildTags:
+		t.Errorf("the Makefile's BUILD_TAGS is %q; it must be %q, as the tests build", m[1], BuildTags)
 	}
 }

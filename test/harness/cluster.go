@@ -1,7 +1,4 @@
-// Package e2e drives qn-admission through a real kube-apiserver and etcd
-// (started by controller-runtime's envtest from the binaries that
-// hack/k8s-bins.sh builds), the real qn-webhook binary and the real kubectl.
-package e2e
+package harness
 
 import (
 	"bytes"
@@ -10,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,17 +14,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/quantumnode/qn-admission/config/crd"
 )
 
-// QuantumNodes is the resource the suite creates.
+// QuantumNodes is the QuantumNode resource, for dynamic clients.
 var QuantumNodes = schema.GroupVersionResource{Group: "qn.dev", Version: "v1alpha1", Resource: "quantumnodes"}
 
 // Scalers is the HorizontalQNScaler resource, whose queries qn-webhook parses.
 var Scalers = schema.GroupVersionResource{Group: "qn.dev", Version: "v1alpha1", Resource: "horizontalqnscalers"}
 
-// Cluster is a running kube-apiserver + etcd with the QuantumNode CRD.
+// Cluster is a running kube-apiserver and etcd with the project's CRDs,
+// an admin kubeconfig for the built kubectl, and the API server's audit
+// log: what the end-to-end and chart suites run against.
 type Cluster struct {
 	Env        *envtest.Environment
 	Config     *rest.Config
@@ -45,7 +41,7 @@ type Cluster struct {
 	dir      string
 	// controllerManager runs once a test asks for it (see
 	// StartControllerManager).
-	controllerManager *managedProcess
+	controllerManager *Process
 }
 
 // auditPolicy logs QuantumNode requests with their metadata and audit
@@ -59,35 +55,12 @@ rules:
 - level: None
 `
 
-// AssetsDir is where the kube-apiserver, etcd and kubectl binaries are.
-func AssetsDir() (string, error) {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		return "", fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return "", fmt.Errorf("KUBEBUILDER_ASSETS=%s lacks %s: run ./hack/k8s-bins.sh", dir, bin)
-		}
-	}
-	return dir, nil
-}
-
-// StartCluster starts the control plane and installs the qn.dev CRDs
-// from their one source.
+// StartCluster starts the control plane and installs the QuantumNode CRD
+// from its one source.
 func StartCluster() (*Cluster, error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
-	}
-	ours, err := crd.All()
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDs:                  ours,
-		ErrorIfCRDPathMissing: true,
 	}
 	dir, err := os.MkdirTemp("", "qn-e2e-")
 	if err != nil {
@@ -98,14 +71,15 @@ func StartCluster() (*Cluster, error) {
 		return nil, err
 	}
 	auditLog := filepath.Join(dir, "audit.log")
-	env.ControlPlane.GetAPIServer().Configure().
-		Append("audit-policy-file", policyFile).
-		Append("audit-log-path", auditLog).
-		Append("audit-log-mode", "blocking")
-	cfg, err := env.Start()
+	env, cfg, err := StartControlPlane(ControlPlaneOptions{Configure: func(env *envtest.Environment) {
+		env.ControlPlane.GetAPIServer().Configure().
+			Append("audit-policy-file", policyFile).
+			Append("audit-log-path", auditLog).
+			Append("audit-log-mode", "blocking")
+	}})
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", assets, err)
+		return nil, err
 	}
 	c := &Cluster{Env: env, Config: cfg, Kubectl: filepath.Join(assets, "kubectl"), dir: dir, AuditLog: auditLog}
 	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
@@ -143,7 +117,9 @@ func (c *Cluster) stopWith(err error) error {
 
 // Stop shuts the control plane down and removes its files.
 func (c *Cluster) Stop() error {
-	c.controllerManager.stop()
+	if c.controllerManager != nil {
+		_ = c.controllerManager.Stop()
+	}
 	if c.dir != "" {
 		os.RemoveAll(c.dir)
 	}
@@ -159,10 +135,4 @@ func (c *Cluster) RunKubectl(ctx context.Context, stdin string, args ...string) 
 	cmd.Stdin = bytes.NewBufferString(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-// ModuleRoot is the repository root, found from this file's location.
-func ModuleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }

@@ -1,51 +1,15 @@
-package e2e
+package harness
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-// managedProcess is a child process whose output is kept for failures.
-type managedProcess struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs bytes.Buffer
-	done chan struct{}
-}
-
-func (p *managedProcess) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.Write(b)
-}
-
-// Logs returns what the process printed so far.
-func (p *managedProcess) Logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-func (p *managedProcess) stop() {
-	if p == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
 
 var controllerManagerOnce sync.Once
 var controllerManagerErr error
@@ -63,8 +27,7 @@ func (c *Cluster) StartControllerManager() error {
 			controllerManagerErr = err
 			return
 		}
-		p := &managedProcess{done: make(chan struct{})}
-		p.cmd = exec.Command(filepath.Join(assets, "kube-controller-manager"),
+		p, err := Start(filepath.Join(assets, "kube-controller-manager"), []string{
 			"--kubeconfig", c.Kubeconfig,
 			"--authentication-kubeconfig", c.Kubeconfig,
 			"--authorization-kubeconfig", c.Kubeconfig,
@@ -76,19 +39,17 @@ func (c *Cluster) StartControllerManager() error {
 			"--namespace-sync-period=10s",
 			"--concurrent-gc-syncs=5",
 			"-v=1",
-		)
-		p.cmd.Stdout, p.cmd.Stderr = p, p
-		if err := p.cmd.Start(); err != nil {
-			controllerManagerErr = fmt.Errorf("start kube-controller-manager: %w", err)
+		}, ProcessOptions{StopGrace: 10 * time.Second})
+		if err != nil {
+			controllerManagerErr = err
 			return
 		}
-		go func() { _ = p.cmd.Wait(); close(p.done) }()
 		c.controllerManager = p
 		// Ready when its controllers have a token of their own: the
 		// service account the namespace controller acts as exists.
 		controllerManagerErr = Eventually(context.Background(), 60*time.Second, func() error {
 			select {
-			case <-p.done:
+			case <-p.Exited():
 				return fmt.Errorf("kube-controller-manager exited: %s", lastLines(p.Logs(), 20))
 			default:
 			}

@@ -1,0 +1,151 @@
+// Package e2e drives qn-admission through a real kube-apiserver and etcd
+// (started by controller-runtime's envtest from the binaries that
+// hack/k8s-bins.sh builds), the real qn-webhook binary and the real kubectl;
+// test/harness builds and starts them.
+package e2e
+
+import (
+	"context"
+	"strings"
+
+	"github.com/quantumnode/qn-admission/test/harness"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Registration names a pair of webhook configurations pointing at one
+// qn-webhook process.
+type Registration struct {
+	Name          string
+	ValidateURL   string
+	MutateURL     string
+	CABundle      []byte
+	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// NamespaceSelector scopes the webhooks; kube-system is always excluded.
+	NamespaceSelector *metav1.LabelSelector
+}
+
+// Register creates (or replaces) the Validating and Mutating
+// WebhookConfigurations for harness.QuantumNodes, with the fail-safe settings the
+// chart uses: our resource only, sideEffects None, a bounded timeout.
+func Register(ctx context.Context, kube kubernetes.Interface, r Registration) error {
+	sideEffects := admissionregistrationv1.SideEffectClassNone
+	timeout := int32(5)
+	equivalent := admissionregistrationv1.Equivalent
+	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
+	failurePolicy := r.FailurePolicy
+	ignore := admissionregistrationv1.Ignore
+	selector := r.NamespaceSelector
+	if selector == nil {
+		selector = &metav1.LabelSelector{}
+	}
+	selector = selector.DeepCopy()
+	selector.MatchExpressions = append(selector.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system"},
+	})
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{harness.QuantumNodes.Group}, APIVersions: []string{harness.QuantumNodes.Version}, Resources: []string{harness.QuantumNodes.Resource},
+		},
+	}}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "validate." + r.Name + ".qn.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &r.ValidateURL, CABundle: r.CABundle},
+			Rules:                   rules,
+			FailurePolicy:           &failurePolicy,
+			MatchPolicy:             &equivalent,
+			NamespaceSelector:       selector,
+			SideEffects:             &sideEffects,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}, {
+			// HorizontalQNScalers: their PromQL is parsed. Ignore on
+			// failure, as the chart does: the CRD's own rules hold without
+			// the webhook, and a scaler must stay pausable when it is down.
+			Name:         "validate-scalers." + r.Name + ".qn.dev",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &r.ValidateURL, CABundle: r.CABundle},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{harness.Scalers.Group}, APIVersions: []string{harness.Scalers.Version}, Resources: []string{harness.Scalers.Resource},
+				},
+			}},
+			FailurePolicy:           &ignore,
+			MatchPolicy:             &equivalent,
+			NamespaceSelector:       selector,
+			SideEffects:             &sideEffects,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "mutate." + r.Name + ".qn.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &r.MutateURL, CABundle: r.CABundle},
+			Rules:                   rules[:1:1],
+			FailurePolicy:           &failurePolicy,
+			MatchPolicy:             &equivalent,
+			NamespaceSelector:       selector,
+			SideEffects:             &sideEffects,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      &reinvoke,
+		}},
+	}
+	// Mutating only on writes that carry an object.
+	mutating.Webhooks[0].Rules = []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule:       rules[0].Rule,
+	}}
+	if err := upsert(ctx, kube.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validating); err != nil {
+		return err
+	}
+	return upsert(ctx, kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutating)
+}
+
+// webhookConfig is what upsert needs of either configuration kind.
+type webhookConfig interface {
+	GetName() string
+	GetResourceVersion() string
+	SetResourceVersion(string)
+}
+
+// configAPI is the client of one configuration kind.
+type configAPI[T webhookConfig] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// upsert creates cfg, or replaces the existing object of its name.
+func upsert[T webhookConfig](ctx context.Context, api configAPI[T], cfg T) error {
+	existing, err := api.Get(ctx, cfg.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = api.Create(ctx, cfg, metav1.CreateOptions{})
+		return err
+	} else if err != nil {
+		return err
+	}
+	cfg.SetResourceVersion(existing.GetResourceVersion())
+	_, err = api.Update(ctx, cfg, metav1.UpdateOptions{})
+	return err
+}
+
+// Contains reports whether err's message contains every part.
+func Contains(err error, parts ...string) bool {
+	if err == nil {
+		return false
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			return false
+		}
+	}
+	return true
+}
