@@ -189,6 +189,14 @@ var scenarios = map[string]map[string]scenario{
 		"reading":                   {series: `qn_scaler_metric_available{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x40`, after: 15 * time.Minute},
 		"a blip of two minutes":     {series: `qn_scaler_metric_available{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x20 0x4 1x16`, after: 15 * time.Minute},
 	},
+	"QnControllerQuantumNodeIsolated": {
+		"a node isolated for a minute": {series: `qn_controller_quantumnodes_health{` + ctl + `,health="Isolated"} 0x2 1x10`, after: 5 * time.Minute, firing: true},
+		"none isolated, some failed":   {series: lines(`qn_controller_quantumnodes_health{`+ctl+`,health="Isolated"} 0x20`, `qn_controller_quantumnodes_health{`+ctl+`,health="Failed"} 3x20`), after: 5 * time.Minute},
+	},
+	"QnControllerRemediationBlocked": {
+		"maxUnhealthy exceeded for 10 minutes": {series: `qn_controller_remediation_blocked{` + ctl + `,policy="edge"} 1x40`, after: 10 * time.Minute, firing: true},
+		"exceeded for 2 minutes, then not":     {series: `qn_controller_remediation_blocked{` + ctl + `,policy="edge"} 1x4 0x36`, after: 10 * time.Minute},
+	},
 	"QnControllerStrictHealthFailing": {
 		"the policies check fails":                    {series: `qn_health_check_failing{` + ctl + `,check="policies"} 1x40`, after: 10 * time.Minute, firing: true},
 		"the webhook's check is not the controller's": {series: `qn_health_check_failing{` + web + `,check="policies"} 1x40`, after: 10 * time.Minute},
