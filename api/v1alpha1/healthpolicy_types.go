@@ -38,6 +38,9 @@ const (
 	AnnotationRollback = "qn.dev/rollback"
 )
 
+// Durations are Go durations ("30s", "5m", "1h30m"); the schema refuses
+// anything else, so a typo never reaches the controller's decoder.
+
 // QuantumNodeHealthPolicySpec says how the health of the QuantumNodes it
 // selects is judged and what qn-controller may do to repair them.
 type QuantumNodeHealthPolicySpec struct {
@@ -82,9 +85,13 @@ type QuantumNodeHealthPolicySpec struct {
 type NodeReadyCheck struct {
 	// DegradedAfter defaults to 30s.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	DegradedAfter *metav1.Duration `json:"degradedAfter,omitempty"`
 	// FailedAfter defaults to 5m; at least DegradedAfter.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	FailedAfter *metav1.Duration `json:"failedAfter,omitempty"`
 }
 
@@ -99,9 +106,13 @@ type EndpointsCheck struct {
 	// DegradedAfter defaults to 0s: a port without enough ready endpoints
 	// degrades the node at once.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	DegradedAfter *metav1.Duration `json:"degradedAfter,omitempty"`
 	// FailedAfter defaults to 5m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	FailedAfter *metav1.Duration `json:"failedAfter,omitempty"`
 }
 
@@ -110,9 +121,13 @@ type EndpointsCheck struct {
 type ProbeCheck struct {
 	// Period between two checks of a node; default 10s.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Period *metav1.Duration `json:"period,omitempty"`
 	// Timeout of one check; default 1s.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// MaxConsecutiveFailures is the failed checks in a row a port may have
 	// and leave the node Degraded; one more makes it Failed. Default 3
@@ -190,6 +205,8 @@ type RestartStep struct {
 	// Timeout is how long the node gets to become Healthy after an
 	// attempt; default 2m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// Attempts before escalating; default 1.
 	// +optional
@@ -202,6 +219,8 @@ type RestartStep struct {
 type RescheduleStep struct {
 	// Timeout defaults to 5m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// NodeSelector is the pool a QuantumNode may move to: Nodes with these
 	// labels, Ready, schedulable, untainted by qn.dev/isolated, of the
@@ -214,6 +233,8 @@ type RescheduleStep struct {
 type RebuildStep struct {
 	// Timeout defaults to 10m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// DeleteMachine also deletes the Cluster API Machine behind the Node
 	// (the Node's cluster.x-k8s.io/machine annotation), so its
@@ -231,6 +252,8 @@ type IsolationRule struct {
 	FailedRestarts *int32 `json:"failedRestarts,omitempty"`
 	// Window defaults to 5m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Window *metav1.Duration `json:"window,omitempty"`
 }
 

@@ -2,6 +2,9 @@ package crd_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -18,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"sigs.k8s.io/yaml"
 
 	"github.com/quantumnode/qn-admission/config/crd"
 )
@@ -60,6 +64,7 @@ type objectSchema struct {
 	validator  apiservervalidation.SchemaValidator
 	structural *structuralschema.Structural
 	cel        *cel.Validator
+	namespaced bool
 }
 
 func newObjectSchema(t *testing.T, c *apiextensionsv1.CustomResourceDefinition, version string) *objectSchema {
@@ -89,13 +94,14 @@ func newObjectSchema(t *testing.T, c *apiextensionsv1.CustomResourceDefinition, 
 		validator:  validator,
 		structural: structural,
 		cel:        cel.NewValidator(structural, true, celconfig.PerCallLimit), // nil without rules
+		namespaced: c.Spec.Scope != apiextensionsv1.ClusterScoped,
 	}
 }
 
 // validate returns every error the apiserver would report creating obj.
 func (s *objectSchema) validate(obj map[string]any) field.ErrorList {
 	u := &unstructured.Unstructured{Object: obj}
-	errs := apivalidation.ValidateObjectMetaAccessor(u, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	errs := apivalidation.ValidateObjectMetaAccessor(u, s.namespaced, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	errs = append(errs, apiservervalidation.ValidateCustomResource(nil, obj, s.validator)...)
 	errs = append(errs, schemaobjectmeta.Validate(nil, obj, s.structural, false)...)
 	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, s.structural, obj)...)
@@ -110,4 +116,39 @@ func (s *objectSchema) validate(obj map[string]any) field.ErrorList {
 // reject under fieldValidation=Strict). obj itself is left as it is.
 func (s *objectSchema) unknownFields(obj map[string]any) []string {
 	return pruning.PruneWithOptions(runtime.DeepCopyJSON(obj), s.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+}
+
+// The sample policy is valid, and a duration that is no Go duration is
+// refused by the schema: the controller's typed informer could not decode
+// the object otherwise.
+func TestTheHealthPolicySchema(t *testing.T) {
+	c, err := crd.HealthPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.Scope != apiextensionsv1.ClusterScoped {
+		t.Errorf("scope %s, want Cluster: remediation is a cluster operator's decision", c.Spec.Scope)
+	}
+	schema := newObjectSchema(t, c, "v1alpha1")
+	data, err := os.ReadFile(filepath.Join("..", "samples", "healthpolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := map[string]any{}
+	if err := yaml.Unmarshal(data, &sample); err != nil {
+		t.Fatal(err)
+	}
+	if errs := schema.validate(sample); len(errs) > 0 {
+		t.Errorf("config/samples/healthpolicy.yaml: %v", errs.ToAggregate())
+	}
+	if unknown := schema.unknownFields(sample); len(unknown) > 0 {
+		t.Errorf("config/samples/healthpolicy.yaml has fields the schema prunes: %v", unknown)
+	}
+	bad := runtime.DeepCopyJSON(sample)
+	if err := unstructured.SetNestedField(bad, "5 minutes", "spec", "node", "failedAfter"); err != nil {
+		t.Fatal(err)
+	}
+	if errs := schema.validate(bad); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "spec.node.failedAfter") {
+		t.Errorf("failedAfter \"5 minutes\" is accepted: %v", errs)
+	}
 }

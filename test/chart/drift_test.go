@@ -222,3 +222,26 @@ func quote(s string) string {
 	data, _ := json.Marshal(s)
 	return string(data)
 }
+
+// Deleting Cluster API Machines is granted only when asked for, in a role
+// of its own, to the controller's ServiceAccount.
+func TestMachineDeletionIsOptIn(t *testing.T) {
+	name := fullname + "-controller-machines"
+	if rel := render(t, ""); rel.Find("ClusterRole", name) != nil {
+		t.Fatalf("ClusterRole %s rendered by default", name)
+	}
+	rel := render(t, `controller: {remediation: {deleteMachines: true}}`)
+	role := rel.Find("ClusterRole", name)
+	binding := rel.Find("ClusterRoleBinding", name)
+	if role == nil || binding == nil {
+		t.Fatalf("no ClusterRole and binding %s; kinds %v", name, rel.Kinds())
+	}
+	cr := decodeStrict[rbacv1.ClusterRole](t, role)
+	if got := ruleGrants(cr.Rules); !slices.Equal(got, []string{"cluster.x-k8s.io/machines:get", "cluster.x-k8s.io/machines:delete"}) {
+		t.Errorf("grants %v", got)
+	}
+	crb := decodeStrict[rbacv1.ClusterRoleBinding](t, binding)
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Name != fullname+"-controller" || crb.Subjects[0].Namespace != releaseNS {
+		t.Errorf("subjects %+v", crb.Subjects)
+	}
+}

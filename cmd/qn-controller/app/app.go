@@ -210,6 +210,7 @@ func (p *Program) buildQuantumNodes(ctx context.Context) error {
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		QuiescenceWindow:        o.QuiescenceWindow,
 		MaxRequeueDelay:         o.MaxRequeueDelay,
+		ProbeWorkers:            o.ProbeWorkers,
 		Answers:                 p.Answers,
 	}
 	if p.Engine != nil {

@@ -70,6 +70,9 @@ type Options struct {
 	QuiescenceWindow time.Duration
 	// MaxRequeueDelay caps the wait for quiescence.
 	MaxRequeueDelay time.Duration
+	// ProbeWorkers bounds the active health checks of QuantumNodeHealthPolicies
+	// running at once.
+	ProbeWorkers int
 
 	// Strict are the thresholds of /healthz?strict=true, as qn-webhook's.
 	Strict health.StrictOptions
@@ -105,6 +108,7 @@ func NewOptions(getenv func(string) string) *Options {
 		PolicyReports:      true,
 		QuiescenceWindow:   3 * time.Second,
 		MaxRequeueDelay:    30 * time.Second,
+		ProbeWorkers:       16,
 		Strict:             health.DefaultStrictOptions(),
 		Scalers:            defaultScalerOptions(),
 	}
@@ -140,6 +144,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.PolicyReports, "policy-reports", o.PolicyReports, "Keep a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (when the cluster serves the kind).")
 	fs.DurationVar(&o.QuiescenceWindow, "quiescence-window", o.QuiescenceWindow, "Hold a status change until the QuantumNode's generation and conditions have been still this long; 0 writes at once.")
 	fs.DurationVar(&o.MaxRequeueDelay, "max-requeue-delay", o.MaxRequeueDelay, "Longest wait for a QuantumNode to become quiescent before its status is written anyway.")
+	fs.IntVar(&o.ProbeWorkers, "probe-workers", o.ProbeWorkers, "Active health checks (a QuantumNodeHealthPolicy's probe) running at once.")
 	o.Scalers.AddFlags(fs)
 }
 
@@ -169,6 +174,8 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return fmt.Errorf("--audit-rate must be positive, got %v", o.AuditRate)
 	case o.QuiescenceWindow < 0:
 		return fmt.Errorf("--quiescence-window must be 0 (off) or positive, got %s", o.QuiescenceWindow)
+	case o.ProbeWorkers < 1:
+		return fmt.Errorf("--probe-workers must be at least 1, got %d", o.ProbeWorkers)
 	case o.MaxRequeueDelay <= 0 || o.MaxRequeueDelay < o.QuiescenceWindow:
 		return fmt.Errorf("--max-requeue-delay must be positive and at least --quiescence-window (%s), got %s", o.QuiescenceWindow, o.MaxRequeueDelay)
 	}

@@ -162,6 +162,7 @@ that does not load.`,
 		newLintCommand(opts, s),
 		newAuditCommand(opts, s),
 		newScalerCommand(s),
+		newRolloutCommand(s),
 		newVersionCommand(s),
 	)
 	return root
