@@ -49,8 +49,11 @@ const (
 
 // Hardware describes the machine a QuantumNode runs on.
 type Hardware struct {
-	// Arch is the CPU architecture: arm64 or amd64.
+	// Arch is the CPU architecture: arm64 or amd64. It cannot change: a
+	// new architecture is new hardware (delete and recreate the node), and
+	// changing it in place would silently retarget the node's workloads.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",messageExpression="'spec.hardware.arch is immutable: this QuantumNode was created as ' + strings.quote(oldSelf) + ' and cannot become ' + strings.quote(self) + '; delete and recreate it for new hardware'"
 	Arch Arch `json:"arch"`
 }
 
@@ -78,14 +81,22 @@ type QuantumNodeSpec struct {
 
 	// Services lists the services the node exposes, at least one and at
 	// most 256 (an edge node runs tens; the cap bounds the work and memory
-	// of every request that carries the object). Names and ports must be
-	// unique; the admission webhook checks both, with a message that names
-	// every clashing entry (an atomic list, so the apiserver's generic
-	// "Duplicate value" for map lists does not pre-empt it).
+	// of every request that carries the object, and the cost the API
+	// server estimates for the uniqueness rules below, which compare every
+	// pair: docs/policies.md has the figures). Names and ports must be
+	// unique. The API server checks both itself (x-kubernetes-validations,
+	// so the rules hold while the admission webhook is not called), with a
+	// message that names the repeated name, or the two services that share
+	// a port; the list is atomic, so the apiserver's generic "Duplicate
+	// value" for map lists does not pre-empt that message. The messages
+	// avoid string(int): the API server cannot bound its size and would
+	// estimate the rule over its budget.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=atomic
+	// +kubebuilder:validation:XValidation:rule="self.all(s, self.exists_one(t, t.name == s.name))",messageExpression="'service name ' + strings.quote(self[self.map(s, self.exists_one(t, t.name == s.name)).indexOf(false)].name) + ' is declared more than once; service names must be unique'"
+	// +kubebuilder:validation:XValidation:rule="self.all(s, self.exists_one(t, t.port == s.port))",messageExpression="'services ' + strings.quote(self[self.map(s, self.exists_one(t, t.port == s.port)).indexOf(false)].name) + ' and ' + strings.quote(self[self.map(t, t.port).lastIndexOf(self[self.map(s, self.exists_one(t, t.port == s.port)).indexOf(false)].port)].name) + ' declare the same port; each service needs its own port'"
 	Services []Service `json:"services"`
 
 	// NodeName is the Kubernetes Node this QuantumNode runs on. The

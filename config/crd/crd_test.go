@@ -304,8 +304,11 @@ func TestTheSchemaJudgesObjectsAsTheAPIServerWould(t *testing.T) {
 		"a nodeName of 254 characters is too long": {
 			change: set(strings.Repeat("n", 254), "spec", "nodeName"), wantField: "spec.nodeName", wantType: field.ErrorTypeTooLong,
 		},
-		"two services with one name pass the schema: the webhook judges them with a clearer message": {
-			change: services(svc("web", int64(80)), svc("web", int64(81))),
+		"two services with one name are refused by the CRD's own rule": {
+			change: services(svc("web", int64(80)), svc("web", int64(81))), wantField: "spec.services", wantType: field.ErrorTypeInvalid,
+		},
+		"two services on one port are refused by the CRD's own rule": {
+			change: services(svc("web", int64(80)), svc("api", int64(80))), wantField: "spec.services", wantType: field.ErrorTypeInvalid,
 		},
 		"a phase outside the four phases is rejected": {
 			change: set("Running", "status", "phase"), wantField: "status.phase", wantType: field.ErrorTypeNotSupported,

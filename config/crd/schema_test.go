@@ -112,6 +112,18 @@ func (s *objectSchema) validate(obj map[string]any) field.ErrorList {
 	return errs
 }
 
+// validateUpdate returns the errors of the x-kubernetes-validations rules
+// for obj, as an UPDATE from old (transition rules see oldSelf), or as a
+// CREATE when old is nil.
+func (s *objectSchema) validateUpdate(obj, old map[string]any) field.ErrorList {
+	var oldObj any
+	if old != nil {
+		oldObj = old
+	}
+	errs, _ := s.cel.Validate(context.Background(), nil, s.structural, obj, oldObj, celconfig.RuntimeCELCostBudget)
+	return errs
+}
+
 // unknownFields lists the paths the apiserver would prune from obj (and
 // reject under fieldValidation=Strict). obj itself is left as it is.
 func (s *objectSchema) unknownFields(obj map[string]any) []string {

@@ -1,7 +1,9 @@
-# QuantumNode rules: the checks the CRD's OpenAPI schema also makes, repeated
-# so that a request that bypassed schema validation (an old CRD, a schema-less
-# install) is still judged, and the checks a schema cannot express: unique
-# service names, unique ports, an immutable architecture.
+# QuantumNode rules. The CRD makes every one of these checks itself (its
+# OpenAPI schema, and x-kubernetes-validations for unique service names,
+# unique ports and the immutable architecture), before any webhook is
+# called; they are repeated here so that a request that bypassed them (an
+# old CRD, a schema-less install) is still judged, and so that qnctl and the
+# background audit judge stored objects by the same rules.
 package qn.quantumnode
 
 is_quantumnode if {

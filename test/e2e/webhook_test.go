@@ -78,9 +78,9 @@ var registerOnce sync.Once
 var registerErr error
 
 // registered registers the suite's webhooks (once) and waits until the
-// apiserver demonstrably calls both: a dry-run create of a QuantumNode with
-// two services on one port is refused with our message, and a valid one
-// comes back labelled.
+// apiserver demonstrably calls both: a dry-run create of a QuantumNode
+// naming an unknown role is refused with our message, and a valid one comes
+// back labelled.
 func registered(t *testing.T) {
 	t.Helper()
 	registerOnce.Do(func() {
@@ -94,8 +94,10 @@ func registered(t *testing.T) {
 		}
 		start := time.Now()
 		registerErr = harness.Eventually(ctx, 30*time.Second, func() error {
-			_, err := createQN(ctx, cluster.Dynamic, namespace, qn("probe", "arm64", svc("a", 8080), svc("b", 8080)), true)
-			if !Contains(err, "port 8080 is declared 2 times") {
+			probe := qn("probe", "arm64", svc("a", 8080))
+			probe.SetAnnotations(map[string]string{"qn-role": "probe-unknown"})
+			_, err := createQN(ctx, cluster.Dynamic, namespace, probe, true)
+			if !Contains(err, `annotation qn-role="probe-unknown" names no known role`) {
 				return fmt.Errorf("validating webhook not active yet: %v", err)
 			}
 			got, err := createQN(ctx, cluster.Dynamic, namespace, qn("probe", "arm64", svc("a", 8080)), true)
@@ -161,18 +163,28 @@ func TestAValidQuantumNodeIsStoredWithTheMutationApplied(t *testing.T) {
 func TestInvalidQuantumNodesAreRejectedWithOurMessage(t *testing.T) {
 	registered(t)
 	cases := map[string]struct {
-		obj  *unstructured.Unstructured
-		want []string
+		obj *unstructured.Unstructured
+		// invalid: the CRD's own rule refuses it (422, before any
+		// webhook); otherwise the validating webhook does (403).
+		invalid bool
+		want    []string
 	}{
 		"two services with one name": {
-			obj: qn("edge-dup-name", "amd64", svc("web", 8080), svc("web", 8081)),
-			want: []string{`admission webhook "validate.qn-admission.qn.dev" denied the request`,
-				`denied by qn-admission (role "default"): service name "web" is declared 2 times (spec.services[0], spec.services[1]); service names must be unique`},
+			obj: qn("edge-dup-name", "amd64", svc("web", 8080), svc("web", 8081)), invalid: true,
+			want: []string{`spec.services: Invalid value: service name "web" is declared more than once; service names must be unique`},
 		},
 		"two services on one port": {
-			obj: qn("edge-dup-port", "amd64", svc("web", 8080), svc("api", 8080), svc("ops", 8080)),
+			obj: qn("edge-dup-port", "amd64", svc("web", 8080), svc("api", 8080), svc("ops", 8080)), invalid: true,
+			want: []string{`spec.services: Invalid value: services "web" and "ops" declare the same port; each service needs its own port`},
+		},
+		"batch without priority=low": {
+			obj: func() *unstructured.Unstructured {
+				o := qn("edge-batch-high", "amd64", svc("web", 8080))
+				o.SetAnnotations(map[string]string{"qn-role": "batch"})
+				return o
+			}(),
 			want: []string{`admission webhook "validate.qn-admission.qn.dev" denied the request`,
-				"port 8080 is declared 3 times (spec.services[0], spec.services[1], spec.services[2]); each service needs its own port"},
+				`denied by qn-admission (role "batch"): batch QuantumNodes must carry label priority=low (found no priority label)`},
 		},
 		"an unknown role": {
 			obj: func() *unstructured.Unstructured {
@@ -187,7 +199,10 @@ func TestInvalidQuantumNodesAreRejectedWithOurMessage(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := createQN(ctx, cluster.Dynamic, namespace, tc.obj, false)
-			if !apierrors.IsForbidden(err) || !Contains(err, tc.want...) {
+			if tc.invalid && (!apierrors.IsInvalid(err) || !Contains(err, tc.want...)) {
+				t.Fatalf("want 422 Invalid containing %q, got %v", tc.want, err)
+			}
+			if !tc.invalid && (!apierrors.IsForbidden(err) || !Contains(err, tc.want...)) {
 				t.Fatalf("want 403 Forbidden containing %q, got %v", tc.want, err)
 			}
 			if _, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Get(ctx, tc.obj.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -221,21 +236,34 @@ func TestAnUpdateIsJudgedWithItsOldObject(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an update keeping the arch should be admitted: %v", err)
 	}
-	// Changing the architecture is refused: only oldObject shows it changed.
+	// Changing the architecture is refused by the CRD's transition rule
+	// (oldSelf), before the webhook, which judges the same against oldObject.
 	if err := unstructured.SetNestedField(updated.Object, "amd64", "spec", "hardware", "arch"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = api.Update(ctx, updated, metav1.UpdateOptions{})
-	if !apierrors.IsForbidden(err) || !Contains(err, `spec.hardware.arch is immutable: this QuantumNode was created as "arm64" and cannot become "amd64"`) {
-		t.Fatalf("want the immutable-arch denial, got %v", err)
+	if !apierrors.IsInvalid(err) || !Contains(err, `spec.hardware.arch: Invalid value: "amd64": spec.hardware.arch is immutable: this QuantumNode was created as "arm64" and cannot become "amd64"`) {
+		t.Fatalf("want the immutable-arch refusal, got %v", err)
+	}
+	// A move into realtime, which realtime's policies refuse (no zone), is
+	// judged by the webhook with the stored object as oldObject.
+	updated.SetAnnotations(map[string]string{"qn-role": "realtime"})
+	if err := unstructured.SetNestedField(updated.Object, "arm64", "spec", "hardware", "arch"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.Update(ctx, updated, metav1.UpdateOptions{})
+	if !apierrors.IsForbidden(err) || !Contains(err, `denied by qn-admission (role "realtime")`) {
+		t.Fatalf("want realtime's denial of the move, got %v", err)
 	}
 }
 
 func TestServerSideDryRunIsJudgedAndStoresNothing(t *testing.T) {
 	registered(t)
 	ctx := context.Background()
-	_, err := createQN(ctx, cluster.Dynamic, namespace, qn("edge-dry", "arm64", svc("a", 80), svc("a", 81)), true)
-	if !apierrors.IsForbidden(err) || !Contains(err, `service name "a" is declared 2 times`) {
+	dry := qn("edge-dry", "arm64", svc("a", 8080))
+	dry.SetAnnotations(map[string]string{"qn-role": "batch"})
+	_, err := createQN(ctx, cluster.Dynamic, namespace, dry, true)
+	if !apierrors.IsForbidden(err) || !Contains(err, `batch QuantumNodes must carry label priority=low`) {
 		t.Fatalf("a dry-run of an invalid object should be judged and refused, got %v", err)
 	}
 	got, err := createQN(ctx, cluster.Dynamic, namespace, qn("edge-dry", "arm64", svc("a", 8080)), true)
@@ -306,7 +334,7 @@ spec:
 
 	bad := strings.Replace(good, "edge-kubectl", "edge-kubectl-bad", 1) + "  - name: metrics\n    port: 8883\n"
 	out, err = cluster.RunKubectl(ctx, bad, "create", "-n", namespace, "-f", "-")
-	want := `Error from server (Forbidden): error when creating "STDIN": admission webhook "validate.qn-admission.qn.dev" denied the request: denied by qn-admission (role "default"): port 8883 is declared 2 times (spec.services[0], spec.services[1]); each service needs its own port`
+	want := `The QuantumNode "edge-kubectl-bad" is invalid: spec.services: Invalid value: services "mqtt" and "metrics" declare the same port; each service needs its own port`
 	if err == nil || strings.TrimSpace(out) != want {
 		t.Fatalf("kubectl create of an invalid QuantumNode:\n got %s\nwant %s", out, want)
 	}
@@ -348,7 +376,9 @@ func TestFailurePolicy(t *testing.T) {
 	})
 	// Wait until the second webhook is called: its denial names it.
 	err = harness.Eventually(ctx, 30*time.Second, func() error {
-		_, err := createQN(ctx, cluster.Dynamic, ns, qn("probe", "arm64", svc("a", 8080), svc("b", 8080)), true)
+		probe := qn("probe", "arm64", svc("a", 8080))
+		probe.SetAnnotations(map[string]string{"qn-role": "probe-unknown"})
+		_, err := createQN(ctx, cluster.Dynamic, ns, probe, true)
 		if !Contains(err, `admission webhook "validate.qn-failure.qn.dev" denied the request`) {
 			return fmt.Errorf("second webhook not active yet: %v", err)
 		}
