@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/open-policy-agent/opa/v1/topdown"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
@@ -124,15 +123,4 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 		x.Patterns = explainPatterns(p.Patterns, in)
 	}
 	return x, nil
-}
-
-// RoleTableLine is the line of a dotted path ("roles.realtime.packages")
-// in the source of a role table, or of its nearest ancestor that exists; 0
-// when src is not YAML.
-func RoleTableLine(src []byte, path string) int {
-	var root yaml.Node
-	if yaml.Unmarshal(src, &root) != nil || len(root.Content) == 0 {
-		return 0
-	}
-	return lineOf(root.Content[0], path)
 }

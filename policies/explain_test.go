@@ -109,15 +109,3 @@ func TestExplainOnlyPeeksAtTheWindow(t *testing.T) {
 		t.Errorf("explaining took %d slots", x.Window.Count)
 	}
 }
-
-func TestRoleTableLine(t *testing.T) {
-	src := []byte("defaultRole: a\nroles:\n  a:\n    operations: [CREATE]\n    packages: [p]\n")
-	for path, want := range map[string]int{"defaultRole": 1, "roles.a": 3, "roles.a.packages": 5, "roles.a.window": 3, "roles.b": 2} {
-		if got := RoleTableLine(src, path); got != want {
-			t.Errorf("%s: line %d, want %d", path, got, want)
-		}
-	}
-	if RoleTableLine([]byte(":\n\t:"), "x") != 0 {
-		t.Error("not YAML should give 0")
-	}
-}

@@ -17,7 +17,7 @@ import (
 // each role lists, adding a problem for each broken file and each name no
 // file declares (at the line of the role's patterns list). roles may be nil
 // (a broken role table): the files are still checked.
-func rolePatterns(fsys fs.FS, roles *RoleTable, rolesSrc []byte, problems *Problems) (map[string][]*pattern.Policy, []pattern.File) {
+func rolePatterns(fsys fs.FS, roles *RoleTable, problems *Problems) (map[string][]*pattern.Policy, []pattern.File) {
 	files, err := pattern.ReadFiles(fsys)
 	if err != nil {
 		*problems = append(*problems, &Problem{File: ".", Message: err.Error(), Hint: "make every " + pattern.FileSuffix + " file readable"})
@@ -25,7 +25,7 @@ func rolePatterns(fsys fs.FS, roles *RoleTable, rolesSrc []byte, problems *Probl
 	}
 	byName, broken := pattern.ParseFiles(files)
 	for _, le := range broken {
-		*problems = append(*problems, &Problem{File: le.File, Line: le.Line, Path: le.Path, Message: le.Problem})
+		*problems = append(*problems, le)
 	}
 	if roles == nil {
 		return nil, files
@@ -39,7 +39,7 @@ func rolePatterns(fsys fs.FS, roles *RoleTable, rolesSrc []byte, problems *Probl
 	for _, name := range roles.Names() {
 		field := "roles." + name + ".patterns"
 		at := func(hint, format string, args ...any) {
-			*problems = append(*problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, field), Path: field, Message: fmt.Sprintf(format, args...), Hint: hint})
+			*problems = append(*problems, &Problem{File: RolesFile, Line: roles.Line(field), Path: field, Message: fmt.Sprintf(format, args...), Hint: hint})
 		}
 		listed := roles.Roles[name].Patterns
 		for i, pname := range listed {
@@ -49,7 +49,7 @@ func rolePatterns(fsys fs.FS, roles *RoleTable, rolesSrc []byte, problems *Probl
 				at("list each pattern policy once", "%q is listed twice", pname)
 			case ok:
 				out[name] = append(out[name], p)
-			case slices.ContainsFunc(broken, func(le *pattern.LoadError) bool { return patternName(le.File) == pname }):
+			case slices.ContainsFunc(broken, func(le *Problem) bool { return patternName(le.File) == pname }):
 				// Its file is broken and already reported.
 			case len(known) == 0:
 				at(fmt.Sprintf("add %s%s to the policy directory", pname, pattern.FileSuffix),

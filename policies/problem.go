@@ -2,100 +2,23 @@ package policies
 
 import (
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/quantumnode/qn-admission/internal/problem"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
 // Problem is one thing wrong with a policy directory: where it is, what is
-// wrong and how to fix it. It is modelled on OPA's ast.Error and its
-// Location, for the YAML files as well as the Rego ones.
-type Problem struct {
-	// File is the file's path inside the policy directory ("roles.yaml",
-	// "nodes.rego"), or "." for the directory as a whole.
-	File string `json:"file"`
-	// Line and Column are 1-based; 0 when unknown.
-	Line   int `json:"line,omitempty"`
-	Column int `json:"column,omitempty"`
-	// Path is the field in a YAML file ("roles.realtime.window.limit"), or
-	// the Rego test ("qn.quantumnode_test.test_arch") that failed.
-	Path    string `json:"path,omitempty"`
-	Message string `json:"message"`
-	// Hint says how to fix it.
-	Hint string `json:"hint,omitempty"`
-}
-
-// Error is "file:line: path: message", the column and hint left out as
-// OPA's errors do.
-func (p *Problem) Error() string {
-	var b strings.Builder
-	b.WriteString(p.File)
-	if p.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(p.Line))
-	}
-	if p.Path != "" {
-		b.WriteString(": " + p.Path)
-	}
-	b.WriteString(": " + p.Message)
-	return b.String()
-}
+// wrong and how to fix it (internal/problem, the one shape every file
+// reports its mistakes in).
+type Problem = problem.Problem
 
 // Problems are every problem one load found. As an error it is what Load
 // returns when the directory cannot be served; errors.As finds it through
 // the context LoadDir adds.
-type Problems []*Problem
-
-func (ps Problems) Error() string {
-	if len(ps) == 1 {
-		return ps[0].Error()
-	}
-	msgs := make([]string, len(ps))
-	for i, p := range ps {
-		msgs[i] = p.Error()
-	}
-	return fmt.Sprintf("%d problems: %s", len(ps), strings.Join(msgs, "; "))
-}
-
-// err is ps as an error, nil when there are none.
-func (ps Problems) err() error {
-	if len(ps) == 0 {
-		return nil
-	}
-	return ps
-}
-
-// ProblemsOf returns the problems in err: the Problems it wraps, or err as
-// one problem of file when it carries none.
-func ProblemsOf(err error, file string) Problems {
-	var ps Problems
-	if errors.As(err, &ps) {
-		return ps
-	}
-	var p *Problem
-	if errors.As(err, &p) {
-		return Problems{p}
-	}
-	return Problems{{File: file, Message: err.Error()}}
-}
-
-// yamlProblem turns a YAML decoding error ("yaml: line 3: did not find
-// expected key") into a problem at its line.
-func yamlProblem(file string, err error) *Problem {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	p := &Problem{File: file, Message: msg}
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, m, ok := strings.Cut(rest, ": "); ok {
-			if line, err := strconv.Atoi(n); err == nil {
-				p.Line, p.Message = line, m
-			}
-		}
-	}
-	return p
-}
+type Problems = problem.Problems
 
 // regoProblems turns the errors of rego.Compile into problems, one per
 // parse or compile error, with a hint by error code.

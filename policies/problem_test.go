@@ -117,21 +117,3 @@ func describe(ps Problems) string {
 	}
 	return b.String()
 }
-
-func TestProblemsReadAsErrors(t *testing.T) {
-	one := Problems{{File: "roles.yaml", Line: 4, Path: "roles.r.operations", Message: `"PATCH" is not an operation`, Hint: "use CREATE"}}
-	if got, want := one.Error(), `roles.yaml:4: roles.r.operations: "PATCH" is not an operation`; got != want {
-		t.Errorf("one problem reads %q, want %q", got, want)
-	}
-	two := append(one, &Problem{File: ".", Message: "no .rego files"})
-	if got, want := two.Error(), `2 problems: roles.yaml:4: roles.r.operations: "PATCH" is not an operation; .: no .rego files`; got != want {
-		t.Errorf("two problems read %q, want %q", got, want)
-	}
-	wrapped := fmt.Errorf("policy directory /p: %w", two)
-	if ps := ProblemsOf(wrapped, "."); len(ps) != 2 {
-		t.Errorf("ProblemsOf a wrapped list = %v", ps)
-	}
-	if ps := ProblemsOf(errors.New("disk on fire"), "."); len(ps) != 1 || ps[0].File != "." || ps[0].Message != "disk on fire" {
-		t.Errorf("ProblemsOf a plain error = %+v", ps)
-	}
-}

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/quantumnode/qn-admission/internal/problem"
 	"github.com/quantumnode/qn-admission/policies/window"
 )
 
@@ -63,6 +64,9 @@ type RoleTable struct {
 	Exemptions Exemptions `yaml:"exemptions"`
 	// Roles by name.
 	Roles map[string]Role `yaml:"roles"`
+
+	// doc is the parsed file, for Line.
+	doc *yaml.Node
 }
 
 // Exemptions name requesters and namespaces that are never judged, e.g. a
@@ -164,7 +168,7 @@ var allowedKeys = map[string][]string{
 func ParseRoleTable(file string, src []byte) (*RoleTable, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(src, &root); err != nil {
-		p := yamlProblem(file, err)
+		p := problem.FromYAML(file, err)
 		p.Hint = "roles.yaml must be one YAML mapping: defaultRole, exemptions, roles"
 		return nil, Problems{p}
 	}
@@ -178,10 +182,10 @@ func ParseRoleTable(file string, src []byte) (*RoleTable, error) {
 		// Field types are wrong: report them, not what follows from them.
 		var typeErr *yaml.TypeError
 		if !errors.As(err, &typeErr) {
-			return nil, append(v.problems, yamlProblem(file, err))
+			return nil, append(v.problems, problem.FromYAML(file, err))
 		}
 		for _, msg := range typeErr.Errors {
-			v.problems = append(v.problems, yamlProblem(file, errors.New(msg)))
+			v.problems = append(v.problems, problem.FromYAML(file, errors.New(msg)))
 		}
 		return nil, v.problems
 	}
@@ -189,6 +193,7 @@ func ParseRoleTable(file string, src []byte) (*RoleTable, error) {
 	if len(v.problems) > 0 {
 		return nil, v.problems
 	}
+	t.doc = v.doc
 	return &t, nil
 }
 
@@ -350,6 +355,16 @@ func (v *validator) subjects(path string, s *Subjects) {
 			}
 		}
 	}
+}
+
+// Line is the line of a dotted path ("roles.realtime.packages") in the
+// role table's file, or of its nearest ancestor present; 0 for a table
+// that was not parsed from a file.
+func (t *RoleTable) Line(path string) int {
+	if t == nil || t.doc == nil {
+		return 0
+	}
+	return lineOf(t.doc, path)
 }
 
 // lineOf finds the line of a dotted path in the document, or of its

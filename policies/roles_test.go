@@ -107,3 +107,18 @@ func TestRoleTableDefaults(t *testing.T) {
 		t.Fatalf("parameters are free-form and kept: %v", r.Parameters)
 	}
 }
+
+func TestRoleTableLine(t *testing.T) {
+	table, err := ParseRoleTable(RolesFile, []byte("defaultRole: a\nroles:\n  a:\n    operations: [CREATE]\n    packages: [p]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{"defaultRole": 1, "roles.a": 3, "roles.a.packages": 5, "roles.a.window": 3, "roles.b": 2} {
+		if got := table.Line(path); got != want {
+			t.Errorf("%s: line %d, want %d", path, got, want)
+		}
+	}
+	if (&RoleTable{}).Line("roles") != 0 {
+		t.Error("a table not parsed from a file should give 0")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quantumnode/qn-admission/internal/problem"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -62,7 +63,7 @@ type Set struct {
 func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	var problems Problems
 	rolesSrc, roles := readRoleTable(fsys, &problems)
-	patterns, patternFiles := rolePatterns(fsys, roles, rolesSrc, &problems)
+	patterns, patternFiles := rolePatterns(fsys, roles, &problems)
 	data, dataSrc := readData(fsys, &problems)
 	// Role parameters are data too: a role's policies read data.roles.<role>.
 	params := map[string]any{}
@@ -89,14 +90,14 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 		problems = append(problems, regoProblems(err)...)
 	}
 	if compiled == nil || roles == nil {
-		return nil, problems.err()
+		return nil, problems.Err()
 	}
-	if problems = append(problems, undeclaredPackages(roles, rolesSrc, compiled)...); len(problems) > 0 {
+	if problems = append(problems, undeclaredPackages(roles, compiled)...); len(problems) > 0 {
 		return nil, problems
 	}
 	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, patternFiles), Roles: roles, Compiled: compiled, patterns: patterns,
 		fields: newInputFields(compiled)}
-	problems = set.prepare(ctx, rolesSrc, opts.EvalTimeout)
+	problems = set.prepare(ctx, opts.EvalTimeout)
 	if !opts.SkipTests && len(problems) == 0 {
 		results, err := compiled.RunTests(ctx)
 		if err != nil {
@@ -111,12 +112,12 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 }
 
 // undeclaredPackages are the packages roles list that no module declares.
-func undeclaredPackages(roles *RoleTable, rolesSrc []byte, compiled *rego.Compiled) Problems {
+func undeclaredPackages(roles *RoleTable, compiled *rego.Compiled) Problems {
 	var problems Problems
 	for _, name := range roles.Names() {
 		for _, pkg := range roles.Roles[name].Packages {
 			if !compiled.HasPackage(pkg) {
-				problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages",
+				problems = append(problems, &Problem{File: RolesFile, Line: roles.Line("roles." + name + ".packages"), Path: "roles." + name + ".packages",
 					Message: fmt.Sprintf("package %q is not declared by any .rego file (known packages: %s)", pkg, strings.Join(compiled.Packages(), ", ")),
 					Hint:    fmt.Sprintf("fix the name or add a module with `package %s`", pkg)})
 			}
@@ -126,7 +127,7 @@ func undeclaredPackages(roles *RoleTable, rolesSrc []byte, compiled *rego.Compil
 }
 
 // prepare builds each role's validation and mutation queries.
-func (s *Set) prepare(ctx context.Context, rolesSrc []byte, timeout time.Duration) Problems {
+func (s *Set) prepare(ctx context.Context, timeout time.Duration) Problems {
 	var problems Problems
 	s.validate = make(map[string]*rego.Query, len(s.Roles.Roles))
 	s.mutate = make(map[string]*rego.Query, len(s.Roles.Roles))
@@ -140,7 +141,7 @@ func (s *Set) prepare(ctx context.Context, rolesSrc []byte, timeout time.Duratio
 			s.mutate[name], err = s.Compiled.Prepare(ctx, packages, rego.MutationRules, timeout)
 		}
 		if err != nil {
-			problems = append(problems, &Problem{File: RolesFile, Line: RoleTableLine(rolesSrc, "roles."+name+".packages"), Path: "roles." + name + ".packages", Message: err.Error()})
+			problems = append(problems, &Problem{File: RolesFile, Line: s.Roles.Line("roles." + name + ".packages"), Path: "roles." + name + ".packages", Message: err.Error()})
 		}
 		s.validate[name] = v
 	}
@@ -161,7 +162,7 @@ func readRoleTable(fsys fs.FS, problems *Problems) ([]byte, *RoleTable) {
 	}
 	roles, err := ParseRoleTable(RolesFile, src)
 	if err != nil {
-		*problems = append(*problems, ProblemsOf(err, RolesFile)...)
+		*problems = append(*problems, problem.Of(err, RolesFile)...)
 		return src, nil
 	}
 	return src, roles
@@ -181,7 +182,7 @@ func readData(fsys fs.FS, problems *Problems) (map[string]any, []byte) {
 		all = append(all, src...)
 		var root yamlv3.Node
 		if err := yamlv3.Unmarshal(src, &root); err != nil {
-			p := yamlProblem(name, err)
+			p := problem.FromYAML(name, err)
 			p.Hint = "data must be one JSON or YAML object"
 			*problems = append(*problems, p)
 			continue

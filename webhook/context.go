@@ -24,7 +24,7 @@ var ownKinds = map[schema.GroupKind]string{
 	{Group: "qn.dev", Kind: "HorizontalQNScaler"}: "horizontalqnscalers",
 }
 
-// extractContext turns an AdmissionRequest into the context the engine reads.
+// extractInput turns an AdmissionRequest into the Input the engine reads.
 // Crafted requests (an unknown operation, an object of another kind than the
 // request says, a kind that does not match its resource) are errors.
 //

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/quantumnode/qn-admission/internal/problem"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -95,26 +96,6 @@ type Tree struct {
 // modify it.
 func (t *Tree) Value() any { return t.value }
 
-// LoadError is a problem in a pattern policy file, at a line, for a field
-// path: the same shape as the role table's errors.
-type LoadError struct {
-	File    string
-	Line    int
-	Path    string
-	Problem string
-}
-
-func (e *LoadError) Error() string {
-	at := e.File
-	if e.Line > 0 {
-		at = fmt.Sprintf("%s:%d", e.File, e.Line)
-	}
-	if e.Path == "" {
-		return at + ": " + e.Problem
-	}
-	return at + ": " + e.Path + ": " + e.Problem
-}
-
 // File is one pattern policy file's bytes, as read from a policy directory.
 type File struct {
 	Path   string
@@ -154,11 +135,11 @@ func ReadFiles(fsys fs.FS) ([]File, error) {
 }
 
 // ParseFiles parses and checks every file; policy names must be unique.
-// The policies that parsed are returned with one *LoadError for each file
+// The policies that parsed are returned with one *problem.Problem for each file
 // that did not, so a caller can report every broken file at once.
-func ParseFiles(files []File) (map[string]*Policy, []*LoadError) {
+func ParseFiles(files []File) (map[string]*Policy, []*problem.Problem) {
 	byName := make(map[string]*Policy, len(files))
-	var problems []*LoadError
+	var problems []*problem.Problem
 	for _, f := range files {
 		p, err := Parse(f.Path, f.Source)
 		if err != nil {
@@ -166,7 +147,7 @@ func ParseFiles(files []File) (map[string]*Policy, []*LoadError) {
 			continue
 		}
 		if prev, dup := byName[p.Name]; dup {
-			problems = append(problems, &LoadError{File: f.Path, Line: 1, Problem: fmt.Sprintf(
+			problems = append(problems, &problem.Problem{File: f.Path, Line: 1, Message: fmt.Sprintf(
 				"pattern policy %q is also defined by %s; names come from file names and must be unique", p.Name, prev.File)})
 			continue
 		}
@@ -203,8 +184,8 @@ var allowedKeys = map[string][]string{
 }
 
 // Parse decodes and checks one pattern policy file. Every problem is a
-// *LoadError naming the file, the line and the field.
-func Parse(file string, src []byte) (*Policy, *LoadError) {
+// *problem.Problem naming the file, the line and the field.
+func Parse(file string, src []byte) (*Policy, *problem.Problem) {
 	name := strings.TrimSuffix(path.Base(file), FileSuffix)
 	p := &parser{file: file}
 	var root yaml.Node
@@ -288,7 +269,7 @@ func Parse(file string, src []byte) (*Policy, *LoadError) {
 		return nil, p.errorf(v.Line, "validate", "declare pattern (one pattern the object must match) or anyPattern (a list, any one suffices)")
 	}
 
-	var err *LoadError
+	var err *problem.Problem
 	if pol.Match, err = p.selector(child(doc, "match"), "match"); err != nil {
 		return nil, err
 	}
@@ -302,30 +283,26 @@ func Parse(file string, src []byte) (*Policy, *LoadError) {
 	return pol, nil
 }
 
-// yamlError turns the YAML parser's "yaml: line 6: ..." into file:6: ...,
-// with a hint for the commonest slip in patterns.
-func yamlError(file string, err error) *LoadError {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	var line int
-	if n, _ := fmt.Sscanf(msg, "line %d:", &line); n == 1 {
-		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
+// yamlError is the YAML parser's error at its line, with a hint for the
+// commonest slip in patterns.
+func yamlError(file string, err error) *problem.Problem {
+	p := problem.FromYAML(file, err)
+	if strings.Contains(p.Message, "did not find expected alphabetic or numeric character") {
+		p.Message += ` (an unquoted * or & starts a YAML alias or anchor: quote wildcards and operators, e.g. "*", "!high", ">1")`
 	}
-	if strings.Contains(msg, "did not find expected alphabetic or numeric character") {
-		msg += ` (an unquoted * or & starts a YAML alias or anchor: quote wildcards and operators, e.g. "*", "!high", ">1")`
-	}
-	return &LoadError{File: file, Line: line, Problem: msg}
+	return p
 }
 
 type parser struct {
 	file string
 }
 
-func (p *parser) errorf(line int, field, format string, args ...any) *LoadError {
-	return &LoadError{File: p.file, Line: line, Path: field, Problem: fmt.Sprintf(format, args...)}
+func (p *parser) errorf(line int, field, format string, args ...any) *problem.Problem {
+	return &problem.Problem{File: p.file, Line: line, Path: field, Message: fmt.Sprintf(format, args...)}
 }
 
 // checkKeys reports the first unknown field outside the patterns.
-func (p *parser) checkKeys(n *yaml.Node, at string) *LoadError {
+func (p *parser) checkKeys(n *yaml.Node, at string) *problem.Problem {
 	allowed := allowedKeys[at]
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
@@ -346,7 +323,7 @@ func (p *parser) checkKeys(n *yaml.Node, at string) *LoadError {
 	return nil
 }
 
-func (p *parser) selector(n *yaml.Node, field string) (*Selector, *LoadError) {
+func (p *parser) selector(n *yaml.Node, field string) (*Selector, *problem.Problem) {
 	if n == nil {
 		return nil, nil
 	}
@@ -365,7 +342,7 @@ func (p *parser) selector(n *yaml.Node, field string) (*Selector, *LoadError) {
 			s.Operations = append(s.Operations, o.Value)
 		}
 	}
-	var err *LoadError
+	var err *problem.Problem
 	if u := child(n, "userInfo"); u != nil {
 		if s.UserInfo, err = p.tree(u, field+".userInfo", field+".userInfo"); err != nil {
 			return nil, err
@@ -385,7 +362,7 @@ func (p *parser) selector(n *yaml.Node, field string) (*Selector, *LoadError) {
 // userInfoKeys are the fields of request.userInfo (authentication/v1).
 var userInfoKeys = []string{"username", "uid", "groups", "extra"}
 
-func (p *parser) checkUserInfoKeys(n *yaml.Node, field string) *LoadError {
+func (p *parser) checkUserInfoKeys(n *yaml.Node, field string) *problem.Problem {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key := n.Content[i].Value
 		if a := parseAnchor(key); a != nil {
@@ -401,7 +378,7 @@ func (p *parser) checkUserInfoKeys(n *yaml.Node, field string) *LoadError {
 // tree converts a pattern's YAML into the values Kyverno's matcher reads
 // and checks it: anchors, operators, and the Kyverno features a pattern
 // here cannot use.
-func (p *parser) tree(n *yaml.Node, field, label string) (*Tree, *LoadError) {
+func (p *parser) tree(n *yaml.Node, field, label string) (*Tree, *problem.Problem) {
 	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
 		return nil, p.errorf(n.Line, field, "a pattern is a mapping that mirrors the document it matches (e.g. metadata: {labels: {...}})")
 	}
@@ -430,7 +407,7 @@ const (
 
 // value builds Kyverno's view of a YAML node (maps of string keys, lists,
 // strings, int64, float64, bool, nil) and checks each part.
-func (p *parser) value(n *yaml.Node, field string, at where) (any, *LoadError) {
+func (p *parser) value(n *yaml.Node, field string, at where) (any, *problem.Problem) {
 	switch n.Kind {
 	case yaml.AliasNode:
 		return nil, p.errorf(n.Line, field, "YAML aliases (*name) are not allowed in patterns; quote a wildcard: \"*\"")

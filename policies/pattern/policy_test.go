@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/quantumnode/qn-admission/internal/problem"
 )
 
 // TestLoadErrorsNameFileAndLine: every mistake in a pattern policy file is
@@ -121,7 +123,7 @@ func TestLoadReadsEveryPatternFileOfTheDirectory(t *testing.T) {
 func TestLoadRefusesTwoPoliciesOfOneName(t *testing.T) {
 	valid := []byte("kind: PatternPolicy\nvalidate: {message: m, pattern: {a: b}}\n")
 	_, err := Load(fstest.MapFS{"a/owner.pattern.yaml": {Data: valid}, "b/owner.pattern.yaml": {Data: valid}})
-	var le *LoadError
+	var le *problem.Problem
 	if !errors.As(err, &le) || err.Error() != `b/owner.pattern.yaml:1: pattern policy "owner" is also defined by a/owner.pattern.yaml; names come from file names and must be unique` {
 		t.Fatalf("error %v", err)
 	}

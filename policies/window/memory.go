@@ -23,7 +23,9 @@ const (
 // so small a map costs nothing worth an allocation.
 const minShrink = 64
 
-// maxShards bounds the shard array; more would only cost memory on 2 cores.
+// maxShards bounds the shard array. Shards spread lock contention, which
+// the goroutines running at once (GOMAXPROCS) bound, far below this on
+// any node; more shards would only cost memory.
 const maxShards = 1024
 
 // tailProbe is how many keys from the least-recently-used end are checked

@@ -9,10 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/quantumnode/qn-admission/internal/problem"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -114,20 +114,6 @@ type loadedCase struct {
 	Patch []any
 }
 
-// fixtureError is a problem in a fixture file, at a line.
-type fixtureError struct {
-	file string
-	line int
-	msg  string
-}
-
-func (e *fixtureError) Error() string {
-	if e.line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.file, e.line, e.msg)
-	}
-	return fmt.Sprintf("%s: %s", e.file, e.msg)
-}
-
 // fixtureFiles lists the YAML files of a fixture directory (recursively) or
 // the one file given.
 func fixtureFiles(root string) ([]string, error) {
@@ -191,7 +177,7 @@ func loadFixtureFile(file string, now time.Time) ([]*loadedCase, error) {
 	_ = yaml.Unmarshal(src, &root)
 	lines := caseLines(&root)
 	if len(ff.Cases) == 0 {
-		return nil, &fixtureError{file: name, line: 1, msg: "no cases; list them under cases:"}
+		return nil, &problem.Problem{File: name, Line: 1, Message: "no cases; list them under cases:"}
 	}
 	var out []*loadedCase
 	var errs []error
@@ -210,19 +196,12 @@ func loadFixtureFile(file string, now time.Time) ([]*loadedCase, error) {
 	return out, errors.Join(errs...)
 }
 
-// yamlError names the file in a YAML error ("yaml: line 3: ...").
+// yamlError is a YAML error of a fixture file at its line, naming
+// fixture fields as the file spells them.
 func yamlError(file string, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
-	msg = strings.ReplaceAll(msg, "\n  ", "; ")
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, tail, ok := strings.Cut(rest, ": "); ok {
-			if line, err := strconv.Atoi(n); err == nil {
-				return &fixtureError{file: file, line: line, msg: strings.ReplaceAll(tail, "in type app.", "in ")}
-			}
-		}
-	}
-	return &fixtureError{file: file, msg: msg}
+	p := problem.FromYAML(file, err)
+	p.Message = strings.ReplaceAll(p.Message, "in type app.", "in ")
+	return p
 }
 
 func caseLines(root *yaml.Node) []int {
@@ -278,7 +257,7 @@ func (in caseInput) merged(d caseInput) caseInput {
 
 func (c fixtureCase) load(file, dir string, line int, defaults caseInput, now time.Time) (*loadedCase, error) {
 	at := func(format string, args ...any) error {
-		return &fixtureError{file: file, line: line, msg: fmt.Sprintf(format, args...)}
+		return &problem.Problem{File: file, Line: line, Message: fmt.Sprintf(format, args...)}
 	}
 	in := c.caseInput.merged(defaults)
 	lc := &loadedCase{Name: c.Name, Location: fmt.Sprintf("%s:%d", file, line), Webhook: in.Webhook, Now: now, Expect: c.Expect}
@@ -363,7 +342,7 @@ func (c fixtureCase) load(file, dir string, line int, defaults caseInput, now ti
 		}
 		list, ok := ops.([]any)
 		if !ok {
-			return nil, &fixtureError{file: file, line: c.Expect.Patch.Line, msg: fmt.Sprintf("case %q: expect.patch must be a list of JSONPatch operations ([] for none)", lc.Name)}
+			return nil, &problem.Problem{File: file, Line: c.Expect.Patch.Line, Message: fmt.Sprintf("case %q: expect.patch must be a list of JSONPatch operations ([] for none)", lc.Name)}
 		}
 		lc.Patch = list
 	}
@@ -374,14 +353,14 @@ func (c fixtureCase) load(file, dir string, line int, defaults caseInput, now ti
 func nodeDocument(name string, n *yaml.Node) (document, error) {
 	var v any
 	if err := n.Decode(&v); err != nil {
-		return document{}, &fixtureError{file: name, line: n.Line, msg: err.Error()}
+		return document{}, &problem.Problem{File: name, Line: n.Line, Message: err.Error()}
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return document{}, &fixtureError{file: name, line: n.Line, msg: "must be a mapping (an object or an AdmissionReview)"}
+		return document{}, &problem.Problem{File: name, Line: n.Line, Message: "must be a mapping (an object or an AdmissionReview)"}
 	}
 	js, err := json.Marshal(v)
 	if err != nil {
-		return document{}, &fixtureError{file: name, line: n.Line, msg: err.Error()}
+		return document{}, &problem.Problem{File: name, Line: n.Line, Message: err.Error()}
 	}
 	return document{Name: name, JSON: js}, nil
 }

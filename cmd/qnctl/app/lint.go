@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/quantumnode/qn-admission/internal/problem"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -24,15 +25,15 @@ const (
 	severityWarning = "warning"
 )
 
-// problem is one lint finding: a problem of the loader's (file, line,
+// lintProblem is one lint finding: a problem of the loader's (file, line,
 // column, field path, message, hint) or one of lint's own, and how severe
 // it is.
-type problem struct {
-	policies.Problem
+type lintProblem struct {
+	problem.Problem
 	Severity string `json:"severity"`
 }
 
-func (p problem) location() string {
+func (p lintProblem) location() string {
 	s := p.File
 	if p.Line > 0 {
 		s += ":" + strconv.Itoa(p.Line)
@@ -44,17 +45,19 @@ func (p problem) location() string {
 }
 
 // text is the finding after its location: severity, field path, message.
-func (p problem) text() string {
+func (p lintProblem) text() string {
 	if p.Path != "" {
 		return p.Severity + ": " + p.Path + ": " + p.Message
 	}
 	return p.Severity + ": " + p.Message
 }
 
-func lintError(p *policies.Problem) problem { return problem{Problem: *p, Severity: severityError} }
+func lintError(p *problem.Problem) lintProblem {
+	return lintProblem{Problem: *p, Severity: severityError}
+}
 
-func lintWarning(file string, line int, message, hint string) problem {
-	return problem{Problem: policies.Problem{File: file, Line: line, Message: message, Hint: hint}, Severity: severityWarning}
+func lintWarning(file string, line int, message, hint string) lintProblem {
+	return lintProblem{Problem: problem.Problem{File: file, Line: line, Message: message, Hint: hint}, Severity: severityWarning}
 }
 
 type lintOptions struct {
@@ -102,13 +105,13 @@ cannot be read.`,
 
 // lintReport is the outcome of a lint run.
 type lintReport struct {
-	Policies string    `json:"policies"`
-	Problems []problem `json:"problems"`
+	Policies string        `json:"policies"`
+	Problems []lintProblem `json:"problems"`
 	// Checked says what was checked when the directory loaded.
 	Checked string `json:"checked,omitempty"`
 }
 
-func (r *lintReport) add(p problem) { r.Problems = append(r.Problems, p) }
+func (r *lintReport) add(p lintProblem) { r.Problems = append(r.Problems, p) }
 
 func (r *lintReport) errors() int {
 	n := 0
@@ -129,7 +132,7 @@ func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir strin
 	if err != nil {
 		return err
 	}
-	r := &lintReport{Policies: source.Name(), Problems: []problem{}}
+	r := &lintReport{Policies: source.Name(), Problems: []lintProblem{}}
 	lintDirectory(ctx, r, source)
 	fixtures := o.Fixtures
 	if fixtures == "" && dir != "" {
@@ -178,16 +181,15 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
 	}
 	set, err := source.Load(ctx)
 	if err != nil {
-		for _, p := range policies.ProblemsOf(err, ".") {
+		for _, p := range problem.Of(err, ".") {
 			r.add(lintError(p))
 		}
 		return
 	}
-	rolesSrc, _ := fs.ReadFile(fsys, policies.RolesFile)
-	lintInertPackages(r, set, rolesSrc)
+	lintInertPackages(r, set)
 	results, err := set.Compiled.RunTests(ctx)
 	if err != nil {
-		r.add(lintError(&policies.Problem{File: ".", Message: err.Error(), Hint: "qn-webhook refuses a set whose Rego tests cannot run"}))
+		r.add(lintError(&problem.Problem{File: ".", Message: err.Error(), Hint: "qn-webhook refuses a set whose Rego tests cannot run"}))
 		return
 	}
 	for _, p := range policies.TestProblems(results) {
@@ -198,7 +200,7 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
 
 // lintInertPackages warns of packages a role lists that have no deny, warn
 // or patch rule: they load, but never affect a decision.
-func lintInertPackages(r *lintReport, set *policies.Set, rolesSrc []byte) {
+func lintInertPackages(r *lintReport, set *policies.Set) {
 	rules := map[string]map[string]bool{}
 	for _, mod := range set.Compiled.Modules() {
 		pkg := rego.PackageName(mod)
@@ -212,7 +214,7 @@ func lintInertPackages(r *lintReport, set *policies.Set, rolesSrc []byte) {
 		}
 	}
 	for _, name := range set.Roles.Names() {
-		line := policies.RoleTableLine(rolesSrc, "roles."+name+".packages")
+		line := set.Roles.Line("roles." + name + ".packages")
 		for _, pkg := range set.Roles.Roles[name].Packages {
 			if !rules[pkg]["deny"] && !rules[pkg]["warn"] && !rules[pkg]["patch"] {
 				w := lintWarning(policies.RolesFile, line,
@@ -229,7 +231,7 @@ func lintInertPackages(r *lintReport, set *policies.Set, rolesSrc []byte) {
 func lintFixtures(r *lintReport, root string) {
 	files, err := fixtureFiles(root)
 	if err != nil {
-		r.add(lintError(&policies.Problem{File: root, Message: err.Error()}))
+		r.add(lintError(&problem.Problem{File: root, Message: err.Error()}))
 		return
 	}
 	_, err = loadFixtures(files, time.Now())
@@ -238,12 +240,13 @@ func lintFixtures(r *lintReport, root string) {
 	}
 	const hint = "see README, Writing and testing policies, for the fixture format"
 	for _, e := range flatten(err) {
-		p := &policies.Problem{File: root, Message: e.Error(), Hint: hint}
-		var fe *fixtureError
-		if errors.As(e, &fe) {
-			p.File, p.Line, p.Message = fe.file, fe.line, fe.msg
+		p := problem.Problem{File: root, Message: e.Error()}
+		var at *problem.Problem
+		if errors.As(e, &at) {
+			p = *at
 		}
-		r.add(lintError(p))
+		p.Hint = hint
+		r.add(lintError(&p))
 	}
 }
 

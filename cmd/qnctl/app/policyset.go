@@ -11,14 +11,11 @@ import (
 	"github.com/quantumnode/qn-admission/policies"
 )
 
-// policySet is a loaded policy directory and what explanations need
-// besides the Set: where it came from and the role table's source for
-// line numbers.
+// policySet is a loaded policy directory and where it came from.
 type policySet struct {
 	// Source is the directory as given, or "bundled".
-	Source   string
-	Set      *policies.Set
-	RolesSrc []byte
+	Source string
+	Set    *policies.Set
 }
 
 // loadOptions are the server's load options for these command-line options.
@@ -47,13 +44,12 @@ func loadPolicies(ctx context.Context, dir string, o *commonOptions, skipTests b
 	if err != nil {
 		return nil, err
 	}
-	src, _ := fs.ReadFile(source.FS(), policies.RolesFile)
-	return &policySet{Source: source.Name(), Set: set, RolesSrc: src}, nil
+	return &policySet{Source: source.Name(), Set: set}, nil
 }
 
 // rolesLine is "roles.yaml:N" for a dotted path of the role table.
 func (p *policySet) rolesLine(path string) string {
-	if n := policies.RoleTableLine(p.RolesSrc, path); n > 0 {
+	if n := p.Set.Roles.Line(path); n > 0 {
 		return fmt.Sprintf("%s:%d", policies.RolesFile, n)
 	}
 	return policies.RolesFile
