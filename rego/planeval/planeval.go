@@ -448,208 +448,48 @@ func (c *compiler) block(b *ir.Block) (block, error) {
 	return out, nil
 }
 
+// stmt compiles one IR statement into its closure, once, at New. Each
+// kind of statement compiles in a method of its own: control flow in
+// stmt_control.go, values in stmt_values.go, collections in
+// stmt_collections.go, calls and with in stmt_calls.go.
 func (c *compiler) stmt(st ir.Stmt) (stmt, error) {
 	switch x := st.(type) {
 	case *ir.NopStmt:
 		return func(*state, []*ast.Term) (bool, uint32, error) { return false, 0, nil }, nil
-
 	case *ir.ResultSetAddStmt:
-		v := c.use(x.Value)
-		return func(s *state, l []*ast.Term) (bool, uint32, error) {
-			if l[v] != nil {
-				s.results = append(s.results, l[v])
-			}
-			return false, 0, nil
-		}, nil
-
+		return c.resultSetAdd(x)
 	case *ir.ReturnLocalStmt:
-		// The function's return local already holds the value; reaching
-		// the statement is all it says.
-		c.use(x.Source)
-		return func(*state, []*ast.Term) (bool, uint32, error) { return false, 0, nil }, nil
-
+		return c.returnLocal(x)
 	case *ir.BlockStmt:
-		blocks, err := c.blocks(x.Blocks)
-		if err != nil {
-			return nil, err
-		}
-		return func(s *state, l []*ast.Term) (bool, uint32, error) {
-			for _, b := range blocks {
-				stop, n, err := b.run(s, l)
-				if err != nil || stop {
-					// A BlockStmt is not a block level of its own.
-					return stop, n, err
-				}
-			}
-			return false, 0, nil
-		}, nil
-
+		return c.blockStmt(x)
 	case *ir.BreakStmt:
-		index := x.Index
-		return func(*state, []*ast.Term) (bool, uint32, error) { return true, index, nil }, nil
-
+		return c.breakStmt(x)
 	case *ir.NotStmt:
-		body, err := c.block(x.Block)
-		if err != nil {
-			return nil, err
-		}
-		return func(s *state, l []*ast.Term) (bool, uint32, error) {
-			for _, st := range body {
-				stop, index, err := st(s, l)
-				if err != nil {
-					return false, 0, err
-				}
-				if stop {
-					if index == 0 {
-						return false, 0, nil // the negated block is undefined: not holds
-					}
-					return true, index - 1, nil
-				}
-			}
-			return true, 0, nil
-		}, nil
-
+		return c.notStmt(x)
 	case *ir.ScanStmt:
-		src, key, val := c.use(x.Source), c.use(x.Key), c.use(x.Value)
-		body, err := c.block(x.Block)
-		if err != nil {
-			return nil, err
-		}
-		return func(s *state, l []*ast.Term) (bool, uint32, error) {
-			var stop bool
-			var n uint32
-			var err error
-			each := func(k, v *ast.Term) bool {
-				if err = s.check(); err != nil {
-					return true
-				}
-				l[key], l[val] = k, v
-				stop, n, err = body.run(s, l)
-				return stop || err != nil
-			}
-			switch coll := termValue(l[src]).(type) {
-			case *ast.Array:
-				for i := 0; i < coll.Len(); i++ {
-					if each(ast.InternedTerm(i), coll.Elem(i)) {
-						break
-					}
-				}
-			case ast.Object:
-				coll.Until(func(k, v *ast.Term) bool { return each(k, v) })
-			case ast.Set:
-				coll.Until(func(e *ast.Term) bool { return each(e, e) })
-			}
-			if err != nil {
-				return false, 0, err
-			}
-			if stop && n > 0 {
-				return true, n - 1, nil
-			}
-			return false, 0, nil
-		}, nil
-
+		return c.scan(x)
 	case *ir.WithStmt:
 		return c.with(x)
-
 	case *ir.CallStmt:
 		return c.callStmt(x)
-
 	case *ir.CallDynamicStmt:
 		return nil, &Unsupported{Reason: "dynamic call (a rule reference with a variable)"}
-
 	case *ir.DotStmt:
-		src, err := c.operand(x.Source)
-		if err != nil {
-			return nil, err
-		}
-		key, err := c.operand(x.Key)
-		if err != nil {
-			return nil, err
-		}
-		target := c.use(x.Target)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			v := dot(src.get(l), key.get(l))
-			l[target] = v
-			return v == nil, 0, nil
-		}, nil
-
+		return c.dotStmt(x)
 	case *ir.LenStmt:
-		src, err := c.operand(x.Source)
-		if err != nil {
-			return nil, err
-		}
-		target := c.use(x.Target)
-		loc := x.Location
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			v := src.get(l)
-			if v == nil {
-				return true, 0, nil
-			}
-			var n int
-			switch x := v.Value.(type) {
-			case *ast.Array:
-				n = x.Len()
-			case ast.Object:
-				n = x.Len()
-			case ast.Set:
-				n = x.Len()
-			case ast.String:
-				n = len([]rune(string(x)))
-			default:
-				return false, 0, &topdown.Error{Code: topdown.TypeErr, Message: fmt.Sprintf("length of %s", ast.ValueName(v.Value)), Location: c.prog.location(loc)}
-			}
-			l[target] = ast.InternedTerm(n)
-			return false, 0, nil
-		}, nil
-
+		return c.length(x)
 	case *ir.EqualStmt, *ir.NotEqualStmt:
-		var a, b ir.Operand
-		neg := false
-		if e, ok := x.(*ir.EqualStmt); ok {
-			a, b = e.A, e.B
-		} else {
-			ne := x.(*ir.NotEqualStmt)
-			a, b, neg = ne.A, ne.B, true
-		}
-		oa, err := c.operand(a)
-		if err != nil {
-			return nil, err
-		}
-		ob, err := c.operand(b)
-		if err != nil {
-			return nil, err
-		}
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			va, vb := oa.get(l), ob.get(l)
-			var stop bool
-			switch {
-			case va == nil && vb == nil:
-				stop = false
-			case va == nil || vb == nil:
-				stop = true
-			default:
-				stop = va.Value.Compare(vb.Value) != 0
-			}
-			if neg {
-				stop = !stop
-			}
-			return stop, 0, nil
-		}, nil
-
+		return c.equality(x)
 	case *ir.IsArrayStmt:
 		return c.typeCheck(x.Source, func(v ast.Value) bool { _, ok := v.(*ast.Array); return ok })
 	case *ir.IsObjectStmt:
 		return c.typeCheck(x.Source, func(v ast.Value) bool { _, ok := v.(ast.Object); return ok })
 	case *ir.IsSetStmt:
 		return c.typeCheck(x.Source, func(v ast.Value) bool { _, ok := v.(ast.Set); return ok })
-
 	case *ir.IsDefinedStmt:
-		src := c.use(x.Source)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) { return l[src] == nil, 0, nil }, nil
+		return c.isDefined(x)
 	case *ir.IsUndefinedStmt:
-		src := c.use(x.Source)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) { return l[src] != nil, 0, nil }, nil
-
+		return c.isUndefined(x)
 	case *ir.AssignIntStmt:
 		target, v := c.use(x.Target), ast.IntNumberTerm(int(x.Value))
 		return c.set(target, v), nil
@@ -657,279 +497,31 @@ func (c *compiler) stmt(st ir.Stmt) (stmt, error) {
 		target, v := c.use(x.Target), ast.IntNumberTerm(int(x.Value))
 		return c.set(target, v), nil
 	case *ir.MakeNumberRefStmt:
-		if x.Index >= len(c.prog.strings) {
-			return nil, fmt.Errorf("number string index %d out of range", x.Index)
-		}
-		target := c.use(x.Target)
-		return c.set(target, ast.NewTerm(ast.Number(c.prog.strings[x.Index].Value.(ast.String)))), nil
+		return c.makeNumberRef(x)
 	case *ir.MakeNullStmt:
 		return c.set(c.use(x.Target), ast.NullTerm()), nil
 	case *ir.MakeArrayStmt:
-		target, capacity := c.use(x.Target), int(x.Capacity)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			l[target] = ast.NewTerm(ast.NewArrayWithCapacity(capacity))
-			return false, 0, nil
-		}, nil
+		return c.makeArray(x)
 	case *ir.MakeObjectStmt:
-		target := c.use(x.Target)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			l[target] = ast.NewTerm(ast.NewObject())
-			return false, 0, nil
-		}, nil
+		return c.makeObject(x)
 	case *ir.MakeSetStmt:
-		target := c.use(x.Target)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			l[target] = ast.NewTerm(ast.NewSet())
-			return false, 0, nil
-		}, nil
+		return c.makeSet(x)
 	case *ir.ResetLocalStmt:
-		target := c.use(x.Target)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			l[target] = nil
-			return false, 0, nil
-		}, nil
-
+		return c.resetLocal(x)
 	case *ir.AssignVarStmt:
-		src, err := c.operand(x.Source)
-		if err != nil {
-			return nil, err
-		}
-		target := c.use(x.Target)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			l[target] = src.get(l)
-			return false, 0, nil
-		}, nil
-
+		return c.assignVar(x)
 	case *ir.AssignVarOnceStmt:
-		src, err := c.operand(x.Source)
-		if err != nil {
-			return nil, err
-		}
-		target, loc := c.use(x.Target), x.Location
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			v := src.get(l)
-			if cur := l[target]; cur != nil {
-				if v == nil || cur.Value.Compare(v.Value) != 0 {
-					return false, 0, conflict(c.prog, loc, "complete rules must not produce multiple outputs")
-				}
-				return false, 0, nil
-			}
-			l[target] = v
-			return false, 0, nil
-		}, nil
-
+		return c.assignVarOnce(x)
 	case *ir.ArrayAppendStmt:
-		val, err := c.operand(x.Value)
-		if err != nil {
-			return nil, err
-		}
-		arr := c.use(x.Array)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			a, ok := termValue(l[arr]).(*ast.Array)
-			v := val.get(l)
-			if !ok || v == nil {
-				return false, 0, fmt.Errorf("array append: not an array or an undefined value")
-			}
-			l[arr] = ast.NewTerm(a.Append(v))
-			return false, 0, nil
-		}, nil
-
+		return c.arrayAppend(x)
 	case *ir.SetAddStmt:
-		val, err := c.operand(x.Value)
-		if err != nil {
-			return nil, err
-		}
-		set := c.use(x.Set)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			st, ok := termValue(l[set]).(ast.Set)
-			v := val.get(l)
-			if !ok || v == nil {
-				return false, 0, fmt.Errorf("set add: not a set or an undefined value")
-			}
-			st.Add(v)
-			return false, 0, nil
-		}, nil
-
+		return c.setAdd(x)
 	case *ir.ObjectInsertStmt, *ir.ObjectInsertOnceStmt:
-		var k, v ir.Operand
-		var obj ir.Local
-		var loc ir.Location
-		once := false
-		if o, ok := x.(*ir.ObjectInsertStmt); ok {
-			k, v, obj = o.Key, o.Value, o.Object
-		} else {
-			o := x.(*ir.ObjectInsertOnceStmt)
-			k, v, obj, once, loc = o.Key, o.Value, o.Object, true, o.Location
-		}
-		ok, err := c.operand(k)
-		if err != nil {
-			return nil, err
-		}
-		ov, err := c.operand(v)
-		if err != nil {
-			return nil, err
-		}
-		target := c.use(obj)
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			o, isObj := termValue(l[target]).(ast.Object)
-			key, val := ok.get(l), ov.get(l)
-			if !isObj || key == nil || val == nil {
-				return false, 0, fmt.Errorf("object insert: not an object or an undefined key or value")
-			}
-			if once {
-				if cur := o.Get(key); cur != nil && cur.Value.Compare(val.Value) != 0 {
-					return false, 0, conflict(c.prog, loc, "object keys must be unique")
-				}
-			}
-			o.Insert(key, val)
-			return false, 0, nil
-		}, nil
-
+		return c.objectInsert(x)
 	case *ir.ObjectMergeStmt:
-		a, b, target, loc := c.use(x.A), c.use(x.B), c.use(x.Target), x.Location
-		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-			va, vb := l[a], l[b]
-			switch {
-			case va == nil:
-				l[target] = vb
-				return false, 0, nil
-			case vb == nil:
-				l[target] = va
-				return false, 0, nil
-			}
-			oa, okA := va.Value.(ast.Object)
-			ob, okB := vb.Value.(ast.Object)
-			if !okA || !okB {
-				return false, 0, conflict(c.prog, loc, "object keys must be unique")
-			}
-			m, ok := oa.Merge(ob)
-			if !ok {
-				return false, 0, conflict(c.prog, loc, "object keys must be unique")
-			}
-			l[target] = ast.NewTerm(m)
-			return false, 0, nil
-		}, nil
+		return c.objectMerge(x)
 	}
 	return nil, &Unsupported{Reason: fmt.Sprintf("statement %T", st)}
-}
-
-func (c *compiler) set(target int, v *ast.Term) stmt {
-	return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-		l[target] = v
-		return false, 0, nil
-	}
-}
-
-func (c *compiler) typeCheck(src ir.Operand, is func(ast.Value) bool) (stmt, error) {
-	o, err := c.operand(src)
-	if err != nil {
-		return nil, err
-	}
-	return func(_ *state, l []*ast.Term) (bool, uint32, error) {
-		v := o.get(l)
-		return v == nil || !is(v.Value), 0, nil
-	}, nil
-}
-
-func (c *compiler) callStmt(x *ir.CallStmt) (stmt, error) {
-	i, ok := c.funcIndex[x.Func]
-	if !ok {
-		return nil, &Unsupported{Reason: "call of unknown function " + x.Func}
-	}
-	fn := c.prog.funcs[i]
-	args := make([]operand, len(x.Args))
-	for i, a := range x.Args {
-		o, err := c.operand(a)
-		if err != nil {
-			return nil, err
-		}
-		args[i] = o
-	}
-	result, loc := c.use(x.Result), c.prog.location(x.Location)
-	return func(s *state, l []*ast.Term) (bool, uint32, error) {
-		// The arguments live on the state's stack: a built-in may keep
-		// their terms, never the slice.
-		in := s.frame(len(args))
-		for i, a := range args {
-			in[i] = a.get(l)
-		}
-		v, err := s.call(fn, in, loc)
-		s.pop(len(args))
-		if err != nil {
-			return false, 0, err
-		}
-		l[result] = v
-		return v == nil, 0, nil
-	}, nil
-}
-
-// with runs its block with a local (input or data) replaced, in whole or
-// under a path, and with memoized values of its own.
-func (c *compiler) with(x *ir.WithStmt) (stmt, error) {
-	local := c.use(x.Local)
-	val, err := c.operand(x.Value)
-	if err != nil {
-		return nil, err
-	}
-	path := make([]*ast.Term, len(x.Path))
-	for i, p := range x.Path {
-		if p >= len(c.prog.strings) {
-			return nil, fmt.Errorf("with path string index %d out of range", p)
-		}
-		path[i] = c.prog.strings[p]
-	}
-	body, err := c.block(x.Block)
-	if err != nil {
-		return nil, err
-	}
-	return func(s *state, l []*ast.Term) (bool, uint32, error) {
-		saved := l[local]
-		savedMemo := s.memo
-		s.memo = make([]*ast.Term, len(savedMemo))
-		defer func() { l[local], s.memo = saved, savedMemo }()
-		v := val.get(l)
-		if len(path) == 0 {
-			l[local] = v
-		} else {
-			l[local] = upsert(saved, path, v)
-		}
-		for _, st := range body {
-			stop, index, err := st(s, l)
-			if err != nil {
-				return false, 0, err
-			}
-			if stop {
-				// Undefined (or a break out of the with block itself) ends
-				// the enclosing block; a longer break leaves one level less.
-				return true, max(index, 1) - 1, nil
-			}
-		}
-		return false, 0, nil
-	}, nil
-}
-
-// upsert copies doc (an object, or a new one) with v under path, copying
-// each object on the way down.
-func upsert(doc *ast.Term, path []*ast.Term, v *ast.Term) *ast.Term {
-	var root ast.Object
-	if o, ok := termValue(doc).(ast.Object); ok {
-		root = o.Copy()
-	} else {
-		root = ast.NewObject()
-	}
-	cur := root
-	for _, k := range path[:len(path)-1] {
-		var next ast.Object
-		if o, ok := termValue(cur.Get(k)).(ast.Object); ok {
-			next = o.Copy()
-		} else {
-			next = ast.NewObject()
-		}
-		cur.Insert(k, ast.NewTerm(next))
-		cur = next
-	}
-	cur.Insert(path[len(path)-1], v)
-	return ast.NewTerm(root)
 }
 
 // dot looks key up in src: an object's value, an array's element, a set's
