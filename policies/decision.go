@@ -29,8 +29,16 @@ type Decision struct {
 	Revision string
 	// Exempt names the exemption that admitted the request unjudged.
 	Exempt string
-	// WouldDeny holds denials a warn or dryrun role did not enforce.
+	// WouldDeny holds denials a warn or dryrun role (or package) did not
+	// enforce.
 	WouldDeny []string
+	// Denials are every refusal the request met, enforced or not, each
+	// with what refused it and what its enforcement did; Findings are the
+	// policies' warn entries with their source. Impact reports and shadow
+	// comparisons group by them; qn_admission_would_deny_total counts the
+	// unenforced denials.
+	Denials  []Finding
+	Findings []Finding
 	// Window is the requester's window after this request, for roles with one.
 	Window *WindowState
 	// WindowStore says how the window store served the request (mode,
@@ -72,3 +80,28 @@ func TooManyRequests(message string) Decision {
 func InternalError(message string) Decision {
 	return Deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, message)
 }
+
+// Finding is one deny or warn entry and what produced it.
+type Finding struct {
+	// Source is the Rego package or pattern policy as roles.yaml lists
+	// it, or SourceRoleTable, SourceWindow or SourceWindowStore.
+	Source string `json:"source"`
+	// Pattern says Source is a pattern policy, not a Rego package.
+	Pattern bool   `json:"pattern,omitempty"`
+	Message string `json:"message"`
+	// Enforcement is what a denial did: deny refused the request, warn
+	// returned it as a warning, dryrun only logged it.
+	Enforcement Enforcement `json:"enforcement,omitempty"`
+}
+
+// Sources of denials that are not a policy of the role.
+const (
+	// SourceRoleTable: the role table refused the request (operation,
+	// requesters, moveTo, delete).
+	SourceRoleTable = RolesFile
+	// SourceWindow: the role's rate window was full.
+	SourceWindow = "window"
+	// SourceWindowStore: the window store could not count and the role
+	// fails closed.
+	SourceWindowStore = "window store"
+)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,9 @@ func (e *Engine) Current() *Set { return e.current.Load() }
 // Warnings reach the user; nothing is patched.
 func (e *Engine) Validate(ctx context.Context, in *Input) Decision {
 	p := e.tracedPlan(ctx, in, PathValidate)
-	return p.stamp(e.validate(ctx, p, in))
+	d := p.stamp(e.validate(ctx, p, in))
+	e.metrics.wouldHaveDenied(d.Role, d)
+	return d
 }
 
 // Mutate computes the role's patch on the mutating path. It never denies for
@@ -91,7 +94,7 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 	}
 	v := verdict{plan: p, warnings: p.Warnings}
 	if p.Refusal != nil {
-		if v.refuse(*p.Refusal); v.settled() {
+		if v.refuse(*p.Refusal, SourceRoleTable); v.settled() {
 			return v.decision()
 		}
 	}
@@ -104,11 +107,11 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 		return v.failed(err)
 	}
 	v.warnings = append(v.warnings, res.Warn...)
+	for _, w := range res.WarnBy {
+		v.findings = append(v.findings, Finding{Source: w.Source, Pattern: w.Pattern, Message: w.Message})
+	}
 	if len(res.Deny) > 0 {
-		d := Deny(http.StatusForbidden, metav1.StatusReasonForbidden,
-			fmt.Sprintf("denied by qn-admission (role %q): %s", p.Role, strings.Join(res.Deny, "; ")))
-		d.Reasons = res.Deny
-		if v.refuse(d); v.settled() {
+		if v.policiesDenied(res); v.settled() {
 			return v.decision()
 		}
 	}
@@ -133,10 +136,9 @@ func (e *Engine) mutate(ctx context.Context, p *Plan, in *Input) Decision {
 	if err != nil {
 		return v.failed(err)
 	}
+	// The mutation query holds only packages whose patches apply (a
+	// dryrun role or package proposes none: mutatingPackages).
 	d := Allow()
-	if p.Spec.Enforcement == EnforceDryRun {
-		return d
-	}
 	if len(res.Patch) > 0 {
 		if err := in.goObjects(); err != nil {
 			return v.failed(err)
@@ -206,40 +208,142 @@ func (p *Plan) stamp(d Decision) Decision {
 	return d
 }
 
-// verdict accumulates one role's answer and applies its enforcement:
-// under deny a refusal settles the request; under warn and dryrun the
-// request goes on and refusals become warnings or log entries.
+// verdict accumulates one role's answer and applies enforcement: a
+// refusal enforced as deny settles the request; under warn and dryrun
+// (the role's, or a package's own) the request goes on and refusals become
+// warnings or log entries.
 type verdict struct {
 	plan     *Plan
 	warnings []string
-	refusals []Decision
+	refusals []refusal
+	// denials and findings are every refusal's entries and the policies'
+	// warn entries, with their sources (Decision.Denials, .Findings).
+	denials  []Finding
+	findings []Finding
 	window   *WindowState
 	// store reports how the window store served the request.
 	store *WindowStoreReport
 }
 
-func (v *verdict) refuse(d Decision) { v.refusals = append(v.refusals, d) }
+// refusal is one answer that would refuse the request, and what its
+// enforcement makes of it.
+type refusal struct {
+	Decision
+	enforcement Enforcement
+	// by names the package or pattern policy (byPattern) whose own
+	// enforcement applies; empty when the role's does.
+	by        string
+	byPattern bool
+}
 
-// settled reports whether a refusal the role enforces decides the request,
-// so nothing after it runs (no evaluation, no window slot).
+// refuse records a refusal of the role table or the window, under the
+// role's enforcement.
+func (v *verdict) refuse(d Decision, source string) {
+	v.add(refusal{Decision: d, enforcement: v.plan.Spec.Enforcement}, []Finding{{Source: source, Message: d.Message}})
+}
+
+func (v *verdict) add(r refusal, findings []Finding) {
+	for i := range findings {
+		findings[i].Enforcement = r.enforcement
+	}
+	v.denials = append(v.denials, findings...)
+	if r.enforcement == EnforceDeny {
+		// An enforced refusal comes first: it is the answer.
+		v.refusals = append([]refusal{r}, v.refusals...)
+		return
+	}
+	v.refusals = append(v.refusals, r)
+}
+
+// policiesDenied records the denials of the role's policies: one refusal
+// under the role's enforcement and, in a role with overrides, one per
+// package or pattern whose own enforcement differs (the denials a package
+// enforces in a role that does not share one 403).
+func (v *verdict) policiesDenied(res rego.Result) {
+	p := v.plan
+	findings := make([]Finding, len(res.DenyBy))
+	for i, en := range res.DenyBy {
+		findings[i] = Finding{Source: en.Source, Pattern: en.Pattern, Message: en.Message}
+	}
+	if !p.Spec.hasOverrides() {
+		d := Deny(http.StatusForbidden, metav1.StatusReasonForbidden, "")
+		d.Reasons = res.Deny
+		v.add(v.policyRefusal(d, p.Spec.Enforcement, "", false), findings)
+		return
+	}
+	type group struct {
+		refusal
+		findings []Finding
+	}
+	var groups []*group
+	for _, f := range findings {
+		e := p.Spec.EnforcementOf(f.Source, f.Pattern)
+		r := refusal{enforcement: e}
+		if e != p.Spec.Enforcement && e != EnforceDeny {
+			r.by, r.byPattern = f.Source, f.Pattern
+		}
+		i := slices.IndexFunc(groups, func(g *group) bool {
+			return g.enforcement == r.enforcement && g.by == r.by && g.byPattern == r.byPattern
+		})
+		if i < 0 {
+			groups = append(groups, &group{refusal: r})
+			i = len(groups) - 1
+		}
+		g := groups[i]
+		if !slices.Contains(g.Reasons, f.Message) {
+			g.Reasons = append(g.Reasons, f.Message)
+		}
+		g.findings = append(g.findings, f)
+	}
+	for _, g := range groups {
+		d := Deny(http.StatusForbidden, metav1.StatusReasonForbidden, "")
+		d.Reasons = g.Reasons
+		v.add(v.policyRefusal(d, g.enforcement, g.by, g.byPattern), g.findings)
+	}
+}
+
+// policyRefusal is the 403 of the policies' denials d.Reasons.
+func (v *verdict) policyRefusal(d Decision, e Enforcement, by string, byPattern bool) refusal {
+	d.Message = fmt.Sprintf("denied by qn-admission (role %q): %s", v.plan.Role, strings.Join(d.Reasons, "; "))
+	return refusal{Decision: d, enforcement: e, by: by, byPattern: byPattern}
+}
+
+// sourceName names a package or pattern policy for people.
+func sourceName(source string, pattern bool) string {
+	if pattern {
+		return fmt.Sprintf("pattern policy %q", source)
+	}
+	return fmt.Sprintf("package %q", source)
+}
+
+// settled reports whether an enforced refusal decides the request, so
+// nothing after it runs (no evaluation, no window slot).
 func (v *verdict) settled() bool {
-	return len(v.refusals) > 0 && v.plan.Spec.Enforcement == EnforceDeny
+	return len(v.refusals) > 0 && v.refusals[0].enforcement == EnforceDeny
 }
 
 func (v *verdict) decision() Decision {
 	var d Decision
 	if v.settled() {
-		d = v.refusals[0]
+		d = v.refusals[0].Decision
 		d.Warnings = v.warnings
 	} else {
 		d = Allow(v.warnings...)
-		for _, r := range v.refusals {
-			d.WouldDeny = append(d.WouldDeny, r.Message)
-			if v.plan.Spec.Enforcement == EnforceWarn {
+	}
+	for _, r := range v.refusals {
+		if r.enforcement == EnforceDeny {
+			continue
+		}
+		d.WouldDeny = append(d.WouldDeny, r.Message)
+		if r.enforcement == EnforceWarn {
+			if r.by != "" {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("not enforced (%s is in warn mode): %s", sourceName(r.by, r.byPattern), r.Message))
+			} else {
 				d.Warnings = append(d.Warnings, fmt.Sprintf("not enforced (role %q is in warn mode): %s", v.plan.Role, r.Message))
 			}
 		}
 	}
+	d.Denials, d.Findings = v.denials, v.findings
 	d.Window = v.window
 	d.WindowStore = v.store
 	return d

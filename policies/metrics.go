@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ type Metrics struct {
 	evalDuration     *prometheus.HistogramVec
 	evalErrors       *prometheus.CounterVec
 	windowRejections *prometheus.CounterVec
+	wouldDeny        *prometheus.CounterVec
 	windowUsage      *prometheus.HistogramVec
 	reloads          *prometheus.CounterVec
 	activeRevision   *prometheus.GaugeVec
@@ -34,6 +36,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "qn_admission_window_rejections_total",
 			Help: "Changes refused because the role's rate window was full, by role.",
 		}, []string{"role"}),
+		wouldDeny: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_would_deny_total",
+			Help: "Denials not enforced because the role, or the package or pattern policy, is in warn or dryrun mode, by role and package (a package or pattern policy as roles.yaml lists it, roles.yaml for the role table, window for a full rate window).",
+		}, []string{"role", "package"}),
 		windowUsage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "qn_admission_window_usage_ratio",
 			Help:    "How full the requester's rate window is after each change it counts (count/limit), by role: how close requesters come to their limit.",
@@ -52,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the policy directory's current content is not being served (the last reload failed, or the directory is deleted or unreadable) and the last good set serves instead; 0 otherwise.",
 		}),
 	}
-	reg.MustRegister(m.evalDuration, m.evalErrors, m.windowRejections, m.windowUsage, m.reloads, m.activeRevision, m.reloadFailing)
+	reg.MustRegister(m.evalDuration, m.evalErrors, m.windowRejections, m.wouldDeny, m.windowUsage, m.reloads, m.activeRevision, m.reloadFailing)
 	return m
 }
 
@@ -69,6 +75,20 @@ func (m *Metrics) evaluated(role string, d time.Duration, err error) {
 func (m *Metrics) windowUsed(role string, count, limit int) {
 	if m != nil && limit > 0 {
 		m.windowUsage.WithLabelValues(role).Observe(float64(count) / float64(limit))
+	}
+}
+
+// wouldHaveDenied counts the denials of d that were not enforced, once
+// per source.
+func (m *Metrics) wouldHaveDenied(role string, d Decision) {
+	if m == nil || len(d.WouldDeny) == 0 {
+		return
+	}
+	for i, f := range d.Denials {
+		if f.Enforcement == EnforceDeny || slices.ContainsFunc(d.Denials[:i], func(g Finding) bool { return g.Source == f.Source }) {
+			continue
+		}
+		m.wouldDeny.WithLabelValues(role, f.Source).Inc()
 	}
 }
 

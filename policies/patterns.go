@@ -99,7 +99,16 @@ func judgePatterns(policies []*pattern.Policy, in *Input, res *rego.Result) {
 		return
 	}
 	req := patternRequest(in)
-	res.Deny, res.Warn = pattern.Evaluate(policies, &req, res.Deny, res.Warn)
+	for i, p := range policies {
+		nd, nw := len(res.Deny), len(res.Warn)
+		res.Deny, res.Warn = pattern.Evaluate(policies[i:i+1], &req, res.Deny, res.Warn)
+		for _, m := range res.Deny[nd:] {
+			res.DenyBy = append(res.DenyBy, rego.Entry{Source: p.Name, Message: m, Pattern: true})
+		}
+		for _, m := range res.Warn[nw:] {
+			res.WarnBy = append(res.WarnBy, rego.Entry{Source: p.Name, Message: m, Pattern: true})
+		}
+	}
 }
 
 // explainPatterns is each of a role's pattern policies' verdict on in, for

@@ -3,6 +3,7 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -112,6 +113,13 @@ type Role struct {
 	Patterns []string `yaml:"patterns"`
 	// Enforcement of the role's denials; default deny.
 	Enforcement Enforcement `yaml:"enforcement"`
+	// PackageEnforcement and PatternEnforcement override Enforcement for
+	// the denials of one listed package or pattern policy, so a new rule
+	// can run as warn or dryrun inside an enforcing role (or be enforced
+	// inside a role that only warns). The role table's own refusals and
+	// the rate window keep the role's enforcement.
+	PackageEnforcement map[string]Enforcement `yaml:"packageEnforcement"`
+	PatternEnforcement map[string]Enforcement `yaml:"patternEnforcement"`
 	// OnError applies when the policies fail; default deny.
 	OnError OnError `yaml:"onError"`
 	// Parameters are what the role's policies read as data.roles.<role>.
@@ -156,7 +164,7 @@ func (t *RoleTable) Names() []string {
 var allowedKeys = map[string][]string{
 	"":                   {"defaultRole", "exemptions", "roles"},
 	"exemptions":         {"users", "groups", "namespaces"},
-	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "patterns", "enforcement", "onError", "parameters"},
+	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "patterns", "enforcement", "packageEnforcement", "patternEnforcement", "onError", "parameters"},
 	"roles.*.window":     {"limit", "period", "key", "onStoreError"},
 	"roles.*.requesters": {"users", "groups", "serviceAccounts"},
 	"roles.*.delete":     {"users", "groups", "serviceAccounts"},
@@ -289,6 +297,8 @@ func (v *validator) role(t *RoleTable, name string, r *Role) {
 	default:
 		v.at(p+".enforcement", "%q is not an enforcement (use deny, warn or dryrun)", r.Enforcement)
 	}
+	v.overrides(p+".packageEnforcement", r.PackageEnforcement, r.Packages, "packages")
+	v.overrides(p+".patternEnforcement", r.PatternEnforcement, r.Patterns, "patterns")
 	switch r.OnError {
 	case "":
 		r.OnError = OnErrorDeny
@@ -320,6 +330,42 @@ func (v *validator) role(t *RoleTable, name string, r *Role) {
 			v.at(p+".window.onStoreError", "%q is not an onStoreError (use failOpen or failClosed)", w.OnStoreError)
 		}
 	}
+}
+
+// overrides checks a per-package or per-pattern enforcement map: every key
+// is one the role lists (an override of a rule that never runs under the
+// role would silently do nothing), every value an enforcement.
+func (v *validator) overrides(path string, m map[string]Enforcement, listed []string, field string) {
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(listed, name) {
+			v.at(path+"."+name, "%q is not among the role's %s (%s); an override of what the role does not run changes nothing", name, field, strings.Join(listed, ", "))
+		}
+		switch m[name] {
+		case EnforceDeny, EnforceWarn, EnforceDryRun:
+		default:
+			v.at(path+"."+name, "%q is not an enforcement (use deny, warn or dryrun)", m[name])
+		}
+	}
+}
+
+// EnforcementOf is the enforcement of the denials of one of the role's
+// packages (or, with pattern, pattern policies): its override, else the
+// role's.
+func (r *Role) EnforcementOf(source string, pattern bool) Enforcement {
+	m := r.PackageEnforcement
+	if pattern {
+		m = r.PatternEnforcement
+	}
+	if e, ok := m[source]; ok {
+		return e
+	}
+	return r.Enforcement
+}
+
+// hasOverrides says some package or pattern of the role has its own
+// enforcement.
+func (r *Role) hasOverrides() bool {
+	return len(r.PackageEnforcement)+len(r.PatternEnforcement) > 0
 }
 
 // subjects checks a requesters or delete list: every entry names someone,

@@ -138,7 +138,7 @@ func (s *Set) prepare(ctx context.Context, timeout time.Duration) Problems {
 		}
 		v, err := s.Compiled.Prepare(ctx, packages, rego.ValidationRules, timeout)
 		if err == nil {
-			s.mutate[name], err = s.Compiled.Prepare(ctx, packages, rego.MutationRules, timeout)
+			s.mutate[name], err = s.Compiled.Prepare(ctx, mutatingPackages(s.Roles.Roles[name]), rego.MutationRules, timeout)
 		}
 		if err != nil {
 			problems = append(problems, &Problem{File: RolesFile, Line: s.Roles.Line("roles." + name + ".packages"), Path: "roles." + name + ".packages", Message: err.Error()})
@@ -146,6 +146,19 @@ func (s *Set) prepare(ctx context.Context, timeout time.Duration) Problems {
 		s.validate[name] = v
 	}
 	return problems
+}
+
+// mutatingPackages are the role's packages whose patches apply: a package
+// in dryrun (its own, or the role's) proposes no patch, as a dryrun role
+// proposes none.
+func mutatingPackages(r Role) []string {
+	out := make([]string, 0, len(r.Packages))
+	for _, pkg := range r.Packages {
+		if r.EnforcementOf(pkg, false) != EnforceDryRun {
+			out = append(out, pkg)
+		}
+	}
+	return out
 }
 
 // readRoleTable reads and validates roles.yaml, adding its problems.

@@ -88,7 +88,7 @@ func (e *Engine) readWindow(ctx context.Context, p *Plan, v *verdict, facts *Fac
 	tracing.End(span, err)
 	switch {
 	case errors.Is(err, window.ErrStoreUnavailable):
-		if v.refuse(storeRefusal(p)); v.settled() {
+		if v.refuse(storeRefusal(p), SourceWindowStore); v.settled() {
 			return v.decision(), true
 		}
 	case err != nil:
@@ -144,7 +144,7 @@ func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool)
 		st, admitted = a.State, a.Admitted
 	}
 	if errors.Is(err, window.ErrStoreUnavailable) {
-		if v.refuse(storeRefusal(p)); v.settled() {
+		if v.refuse(storeRefusal(p), SourceWindowStore); v.settled() {
 			return v.decision(), true
 		}
 		return Decision{}, false
@@ -158,7 +158,7 @@ func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool)
 		e.metrics.windowRejected(p.Role)
 		d := TooManyRequests(windowMessage(p.Role, w.Spec, p.Facts, st))
 		d.RetryAfter = st.RetryAfter
-		if v.refuse(d); v.settled() {
+		if v.refuse(d, SourceWindow); v.settled() {
 			return v.decision(), true
 		}
 	}

@@ -26,6 +26,20 @@ type Result struct {
 	Warn []string
 	// Patch holds JSONPatch operations (RFC 6902) proposed by patch rules.
 	Patch []PatchOp
+	// DenyBy and WarnBy say which package produced each deny and warn
+	// entry, in package order; set only when such a rule fired, so an
+	// admitted request without warnings pays nothing for them.
+	DenyBy []Entry
+	WarnBy []Entry
+}
+
+// Entry is one deny or warn message with the package (or, added by the
+// engine, the pattern policy) that produced it.
+type Entry struct {
+	Source  string
+	Message string
+	// Pattern says Source names a pattern policy, not a Rego package.
+	Pattern bool
 }
 
 // PatchOp is one JSONPatch operation a policy proposes.
@@ -147,6 +161,8 @@ func (c *Compiled) compileQuery(query string, outputs []output) (*compiledQuery,
 type output struct {
 	variable string
 	rule     string
+	// pkg is the package whose rule the output binds.
+	pkg string
 }
 
 // bindingQuery binds every deny, warn and patch rule the packages define
@@ -163,7 +179,7 @@ func (c *Compiled) bindingQuery(packages, rules []string) (string, []output) {
 			}
 			v := fmt.Sprintf("%c%d", rule[0], i)
 			parts = append(parts, fmt.Sprintf("%s := data.%s.%s", v, p, rule))
-			outputs = append(outputs, output{variable: v, rule: rule})
+			outputs = append(outputs, output{variable: v, rule: rule, pkg: p})
 		}
 	}
 	if len(parts) == 0 {
@@ -222,13 +238,17 @@ func (q *Query) result(bindings map[string]any) (Result, error) {
 		v := bindings[out.variable]
 		switch out.rule {
 		case "deny":
+			n := len(res.Deny)
 			if res.Deny, err = appendMessages(res.Deny, v, "deny"); err != nil {
 				return Result{}, err
 			}
+			res.DenyBy = attribute(res.DenyBy, out.pkg, res.Deny[n:])
 		case "warn":
+			n := len(res.Warn)
 			if res.Warn, err = appendMessages(res.Warn, v, "warn"); err != nil {
 				return Result{}, err
 			}
+			res.WarnBy = attribute(res.WarnBy, out.pkg, res.Warn[n:])
 		case "patch":
 			ops, err := patchOps(v)
 			if err != nil {
@@ -329,6 +349,18 @@ func (q *Query) evalDirect(ctx context.Context, input ast.Value, tracer topdown.
 		return nil, fmt.Errorf("expected one result, got %d", results)
 	}
 	return bindings, nil
+}
+
+// attribute records that source produced msgs, sorted and once each, so
+// the planned and the reference evaluation attribute alike.
+func attribute(by []Entry, source string, msgs []string) []Entry {
+	n := len(by)
+	for _, m := range msgs {
+		by = append(by, Entry{Source: source, Message: m})
+	}
+	added := by[n:]
+	slices.SortFunc(added, func(a, b Entry) int { return strings.Compare(a.Message, b.Message) })
+	return append(by[:n], slices.Compact(added)...)
 }
 
 // sortedUnique makes the union of several packages' sets a set again, in
