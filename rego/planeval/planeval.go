@@ -90,7 +90,7 @@ func New(policy *ir.Policy, name string, data ast.Value) (*Program, error) {
 		}
 		for _, f := range policy.Funcs.Funcs {
 			fn := p.funcs[c.funcIndex[f.Name]]
-			c.maxLocal = int(f.Return)
+			c.startFunction(int(f.Return))
 			for _, l := range f.Params {
 				c.use(l)
 				fn.params = append(fn.params, int(l))
@@ -106,7 +106,7 @@ func New(policy *ir.Policy, name string, data ast.Value) (*Program, error) {
 		if pl.Name != name {
 			continue
 		}
-		c.maxLocal = 1
+		c.startFunction(1)
 		blocks, err := c.blocks(pl.Blocks)
 		if err != nil {
 			return nil, fmt.Errorf("plan %s: %w", pl.Name, err)
@@ -146,7 +146,9 @@ func (p *Program) EvalSteps(ctx context.Context, input ast.Value) ([]*ast.Term, 
 	s.memoReset()
 	s.now = nil
 	locals := s.frame(p.nlocals)
-	locals[0] = ast.NewTerm(input)
+	if input != nil { // nil: no input document (input is undefined)
+		locals[0] = ast.NewTerm(input)
+	}
 	locals[1] = p.data
 	for _, b := range p.plan {
 		if _, _, err := b.run(s, locals); err != nil {
@@ -387,6 +389,20 @@ type compiler struct {
 	prog      *Program
 	funcIndex map[string]int
 	maxLocal  int
+	// dataRefs marks the locals of the function being compiled that hold
+	// a document reached from data by dots alone (data.a.b): a number key
+	// read there is a base document path, as topdown reads the store.
+	dataRefs map[int]bool
+}
+
+// dataLocal is where the planner passes data to every plan and function
+// (input is local 0).
+const dataLocal = 1
+
+// startFunction resets what the compiler knows of one function's locals.
+func (c *compiler) startFunction(maxLocal int) {
+	c.maxLocal = maxLocal
+	c.dataRefs = map[int]bool{dataLocal: true}
 }
 
 func (c *compiler) use(l ir.Local) int {

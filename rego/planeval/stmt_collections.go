@@ -107,7 +107,9 @@ func (c *compiler) objectInsert(x ir.Stmt) (stmt, error) {
 	}, nil
 }
 
-// objectMerge merges two objects; a key with two values is a conflict.
+// objectMerge merges the base document A with the virtual document B (the
+// planner's only use of it), recursively; where both hold a value that is
+// not an object, the base document's wins, as topdown reads it.
 func (c *compiler) objectMerge(x *ir.ObjectMergeStmt) (stmt, error) {
 	a, b, target, loc := c.use(x.A), c.use(x.B), c.use(x.Target), x.Location
 	return func(_ *state, l []*ast.Term) (bool, uint32, error) {
@@ -125,11 +127,21 @@ func (c *compiler) objectMerge(x *ir.ObjectMergeStmt) (stmt, error) {
 		if !okA || !okB {
 			return false, 0, conflict(c.prog, loc, "object keys must be unique")
 		}
-		m, ok := oa.Merge(ob)
-		if !ok {
-			return false, 0, conflict(c.prog, loc, "object keys must be unique")
-		}
-		l[target] = ast.NewTerm(m)
+		l[target] = ast.NewTerm(mergeBaseFirst(oa, ob))
 		return false, 0, nil
 	}, nil
+}
+
+// mergeBaseFirst merges objects recursively, base's value winning where
+// the two hold different values that are not both objects.
+func mergeBaseFirst(base, virtual ast.Object) ast.Object {
+	m, _ := base.MergeWith(virtual, func(b, v *ast.Term) (*ast.Term, bool) {
+		ob, okB := b.Value.(ast.Object)
+		ov, okV := v.Value.(ast.Object)
+		if okB && okV {
+			return ast.NewTerm(mergeBaseFirst(ob, ov)), false
+		}
+		return b, false
+	})
+	return m
 }

@@ -19,11 +19,36 @@ func (c *compiler) dotStmt(x *ir.DotStmt) (stmt, error) {
 		return nil, err
 	}
 	target := c.use(x.Target)
+	if src.local >= 0 && c.dataRefs[src.local] {
+		// data.a[2] reads the base document's key "2", as topdown reads
+		// the store by path; obj[2] after obj := data.a does not.
+		c.dataRefs[target] = true
+		return func(_ *state, l []*ast.Term) (bool, uint32, error) {
+			v := dotData(src.get(l), key.get(l))
+			l[target] = v
+			return v == nil, 0, nil
+		}, nil
+	}
 	return func(_ *state, l []*ast.Term) (bool, uint32, error) {
 		v := dot(src.get(l), key.get(l))
 		l[target] = v
 		return v == nil, 0, nil
 	}, nil
+}
+
+// dotData is dot on a document reached from data: an object's number key
+// also matches the key that is its string form.
+func dotData(src, key *ast.Term) *ast.Term {
+	v := dot(src, key)
+	if v != nil || src == nil || key == nil {
+		return v
+	}
+	if n, ok := key.Value.(ast.Number); ok {
+		if _, isObject := src.Value.(ast.Object); isObject {
+			return dot(src, ast.StringTerm(n.String()))
+		}
+	}
+	return nil
 }
 
 // length is count: of a collection's elements or a string's runes.
