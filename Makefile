@@ -1,4 +1,5 @@
-# qn-admission — the two commands a newcomer needs are `make run` and `make test`.
+# qn-admission — the two commands a newcomer needs are `make run` and `make test`;
+# `make image` is the third, for those who deploy.
 SHELL := /usr/bin/env bash
 K8S_VERSION ?= v1.36.3
 GO ?= go
@@ -10,6 +11,29 @@ BIN := bin
 # works too, just larger.
 BUILD_TAGS ?= nomsgpack
 
+# What every binary says about itself (--version; internal/version) and the
+# images' labels: the release version, the commit and the commit's time.
+# The time is the commit's, never the build's, so the same commit builds the
+# same bytes (SOURCE_DATE_EPOCH, as reproducible-builds.org names it).
+# VERSION is the tag's (v0.2.0 -> 0.2.0) on a tagged commit, else the
+# chart's appVersion with -dev-<commit> (between releases Chart.yaml names
+# the coming version).
+CHART_DIR := charts/qn-admission
+APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART_DIR)/Chart.yaml)
+CHART_VERSION := $(shell sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART_DIR)/Chart.yaml)
+VERSION ?= $(shell v=$$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null) && echo "$$v" | sed 's/^v//' || echo $(APP_VERSION)-dev-$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+DATE := $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u -r $(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/quantumnode/qn-admission/internal/version
+LDFLAGS := -s -w -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(DATE)
+# Static (no cgo: the images have no libc), no file-system paths in the
+# binaries (-trimpath), stamped: the same flags for `make build` and the
+# images. Go's own VCS stamp is off: it depends on the checkout (a git
+# worktree gets none, a clone does), which would give one commit two
+# digests; the -X stamps above say the same.
+GO_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)'
+
 .PHONY: run run-controller test unit e2e k8s-bins chart build lint fmt vet clean rbac
 
 ## run: start qn-webhook locally: self-signed TLS on :8443, bundled policies, probes on :8080, rate windows in memory; more flags in ARGS (e.g. ARGS="--window-store redis")
@@ -20,8 +44,8 @@ run:
 run-controller:
 	$(GO) run -tags '$(BUILD_TAGS)' ./cmd/qn-controller
 
-## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver (and a real Prometheus for the scaler)
-test: fmt-check vet staticcheck policy-test alerts-test fuzz-smoke
+## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver (and a real Prometheus for the scaler), and the images (test/image)
+test: fmt-check vet staticcheck policy-test alerts-test release-tool-test fuzz-smoke
 	@./hack/prometheus.sh >/dev/null
 	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" QN_PROMETHEUS="$$(./hack/prometheus.sh)" $(GO) test -race -count=1 -timeout 25m ./...
 
@@ -29,6 +53,11 @@ test: fmt-check vet staticcheck policy-test alerts-test fuzz-smoke
 .PHONY: alerts-test
 alerts-test:
 	cd test/alerts && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+## release-tool-test: vet, staticcheck and the unit tests of hack/release (the image builder, a module of its own)
+.PHONY: release-tool-test
+release-tool-test:
+	cd hack/release && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./... && $(GO) test -count=1 ./...
 
 ## policy-test: the bundled policies' Rego unit tests and fixture cases, run by qnctl as a policy author would
 .PHONY: policy-test
@@ -91,8 +120,76 @@ k8s-bins:
 prometheus:
 	@./hack/prometheus.sh
 
+## build: qn-webhook, qn-controller and qnctl for this machine into bin/: static, -trimpath, version stamped (--version)
 build:
-	$(GO) build -tags '$(BUILD_TAGS)' -o $(BIN)/ ./cmd/...
+	$(GO_BUILD) -o $(BIN)/ ./cmd/...
+
+## build-platforms: the three binaries for each of PLATFORMS into bin/<os>_<arch>/, as make build builds them
+PLATFORMS ?= linux/amd64 linux/arm64
+IMAGES := qn-webhook qn-controller qnctl
+.PHONY: build-platforms
+build-platforms:
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%%/*}; arch=$${p#*/}; arch=$${arch%%/*}; \
+		echo "GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $(BIN)/$${os}_$${arch}/ $(addprefix ./cmd/,$(IMAGES))"; \
+		GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $(BIN)/$${os}_$${arch}/ $(addprefix ./cmd/,$(IMAGES)); \
+	done
+
+## image: OCI images of qn-webhook, qn-controller and qnctl for PLATFORMS, offline (no registry, no Docker): one OCI layout each under bin/images/, digests printed
+# hack/release is a module of its own (go-containerregistry, the pinned CA
+# bundle, the release tools), run with go -C: paths passed to it are absolute.
+REGISTRY ?= ghcr.io/quantumnode
+IMAGE_DIR ?= $(BIN)/images
+SOURCE_URL ?= https://github.com/quantumnode/qn-admission
+# The repository has no LICENSE file yet; NOASSERTION is SPDX for "not stated".
+IMAGE_LICENSES ?= NOASSERTION
+RELEASE_TOOL = $(GO) -C hack/release run .
+.PHONY: image
+image: build-platforms
+	$(RELEASE_TOOL) image --binaries '$(abspath $(BIN))' --out '$(abspath $(IMAGE_DIR))' \
+		--platforms '$(PLATFORMS)' --names '$(IMAGES)' --registry '$(REGISTRY)' \
+		--version '$(VERSION)' --commit '$(COMMIT)' --date '$(DATE)' \
+		--source '$(SOURCE_URL)' --licenses '$(IMAGE_LICENSES)'
+
+## release-check: a release of VERSION needs Chart.yaml's version and appVersion to be VERSION
+.PHONY: release-check
+release-check:
+	@if [ "$(VERSION)" != "$(APP_VERSION)" ] || [ "$(VERSION)" != "$(CHART_VERSION)" ]; then \
+		echo "release $(VERSION): $(CHART_DIR)/Chart.yaml has version $(CHART_VERSION) and appVersion $(APP_VERSION);" \
+			"the commit a release tag points at names the release in both (docs/release.md)"; exit 1; fi
+
+## release-artifacts: everything a release publishes, built offline into bin/release: images for PLATFORMS, checked; SBOMs; the chart pinned to the images' digests
+RELEASE_DIR ?= $(BIN)/release
+CHART_REGISTRY ?= oci://$(REGISTRY)/charts
+TOOLS = hack/release/tools.sh
+.PHONY: release-artifacts
+release-artifacts: release-check image
+	QN_IMAGE_LAYOUT='$(abspath $(IMAGE_DIR))' $(GO) test -count=1 ./test/image/
+	rm -rf '$(RELEASE_DIR)' && mkdir -p '$(RELEASE_DIR)/sbom'
+	hack/release/sbom.sh '$(IMAGE_DIR)' '$(RELEASE_DIR)/sbom'
+	$(RELEASE_TOOL) pin-chart --chart '$(abspath $(CHART_DIR))' --images '$(abspath $(IMAGE_DIR))/images.json' --out '$(abspath $(RELEASE_DIR))/chart/qn-admission'
+	"$$($(TOOLS) helm)" lint --strict '$(RELEASE_DIR)/chart/qn-admission'
+	"$$($(TOOLS) helm)" package '$(RELEASE_DIR)/chart/qn-admission' --version '$(VERSION)' --app-version '$(VERSION)' -d '$(RELEASE_DIR)'
+	hack/release/check-chart.sh "$$($(TOOLS) helm)" '$(RELEASE_DIR)/qn-admission-$(VERSION).tgz' '$(IMAGE_DIR)/images.json' '$(K8S_VERSION)'
+	cp '$(IMAGE_DIR)/images.json' '$(RELEASE_DIR)/'
+	cd '$(RELEASE_DIR)' && sha256sum qn-admission-$(VERSION).tgz images.json sbom/*.json > SHA256SUMS
+	@echo "release $(VERSION) built in $(RELEASE_DIR):" && ls -l '$(RELEASE_DIR)' '$(RELEASE_DIR)/sbom'
+
+## release-dry-run: every step of a release that needs no network, for the version Chart.yaml names; prints what the release workflow would push, sign and attest
+.PHONY: release-dry-run
+release-dry-run:
+	$(MAKE) --no-print-directory release-artifacts VERSION='$(APP_VERSION)'
+	hack/release/publish.sh --dry-run '$(IMAGE_DIR)' '$(RELEASE_DIR)' '$(CHART_REGISTRY)'
+
+## release-publish: push, sign and attest what release-artifacts built (the release workflow runs it; needs registry logins and a Sigstore identity)
+.PHONY: release-publish
+release-publish: release-check
+	hack/release/publish.sh '$(IMAGE_DIR)' '$(RELEASE_DIR)' '$(CHART_REGISTRY)'
+
+## version: the version make build and make image stamp in (VERSION)
+.PHONY: version
+version:
+	@echo $(VERSION)
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
