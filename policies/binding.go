@@ -3,6 +3,7 @@ package policies
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,11 @@ var controlPlaneDeleters = []string{
 	serviceAccountPrefix + "kube-system:generic-garbage-collector",
 	"system:kube-controller-manager",
 }
+
+// ControlPlaneDeleters are the user names always admitted for DELETE, for
+// what enforces the role table elsewhere (the API server's
+// ValidatingAdmissionPolicy, policies/vap).
+func ControlPlaneDeleters() []string { return slices.Clone(controlPlaneDeleters) }
 
 // binding is the outcome of the role table for one request: the role that
 // judges it, or why the request is admitted unjudged, or why the role table

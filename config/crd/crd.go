@@ -1,5 +1,6 @@
 // Package crd embeds the CustomResourceDefinitions of qn.dev (QuantumNode,
-// QuantumNodeHealthPolicy), the one copy that tests, the Helm chart and the
+// QuantumNodeHealthPolicy, HorizontalQNScaler, QuantumNodeRoleTable), the
+// one copy that tests, the Helm chart and the
 // docs use.
 package crd
 
@@ -49,6 +50,7 @@ func Manifests() []Manifest {
 	return []Manifest{
 		{FileName: ScalerFileName, YAML: HorizontalQNScalerYAML},
 		{FileName: HealthPolicyFileName, YAML: HealthPolicyYAML},
+		{FileName: RoleTableFileName, YAML: RoleTableYAML},
 		{FileName: FileName, YAML: QuantumNodeYAML},
 	}
 }

@@ -8,7 +8,7 @@
 // (crds/) and the bundled policies (files/policies/); the tests fail when
 // they differ from their sources, and this refreshes them:
 //
-//go:generate sh -c "cp ../../config/crd/qn.dev_quantumnodes.yaml ../../config/crd/qn.dev_quantumnodehealthpolicies.yaml ../../config/crd/qn.dev_horizontalqnscalers.yaml ../../charts/qn-admission/crds/ && rm -rf ../../charts/qn-admission/files/policies && mkdir -p ../../charts/qn-admission/files/policies && cp ../../rego/bundle/* ../../charts/qn-admission/files/policies/"
+//go:generate sh -c "cp ../../config/crd/qn.dev_quantumnodes.yaml ../../config/crd/qn.dev_quantumnodehealthpolicies.yaml ../../config/crd/qn.dev_horizontalqnscalers.yaml ../../config/crd/qn.dev_quantumnoderoletables.yaml ../../charts/qn-admission/crds/ && rm -rf ../../charts/qn-admission/files/policies && mkdir -p ../../charts/qn-admission/files/policies && cp ../../rego/bundle/* ../../charts/qn-admission/files/policies/"
 package chart
 
 import (
