@@ -108,6 +108,12 @@ roles:
     enforcement: warn
     requesters: {users: [nobody]}
     packages: [qn.quantumnode, qn.roles.batch]
+    packageEnforcement: {qn.roles.batch: deny}
+  staged:
+    operations: [CREATE, UPDATE]
+    moveTo: [trial]
+    packages: [qn.quantumnode, qn.roles.realtime]
+    packageEnforcement: {qn.roles.realtime: warn}
   shadow:
     operations: [UPDATE]
     enforcement: dryrun
@@ -115,7 +121,7 @@ roles:
     packages: [qn.quantumnode]
   default:
     operations: [CREATE, UPDATE, DELETE]
-    moveTo: [realtime, batch, fast, trial]
+    moveTo: [realtime, batch, fast, trial, staged]
     packages: [qn.quantumnode, qn.window, qn.mutate.managedby]
 `
 

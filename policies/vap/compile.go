@@ -211,7 +211,7 @@ func (c *compiler) role(name string, r policies.Role) (qnv1alpha1.CompiledRole, 
 			"a rate window counts the requester's recent changes; the API server's CEL sees one request and keeps no state")
 	}
 	for _, pkg := range r.Packages {
-		c.pkg(p, pkg, &out.Conditions, &rr)
+		c.pkg(p, pkg, &r, &out.Conditions, &rr)
 	}
 	for _, pat := range r.Patterns {
 		rr.add(p+".patterns", "pattern policy "+pat, WhereWebhook, "Kyverno-style patterns are matched by the webhook only")
@@ -219,7 +219,7 @@ func (c *compiler) role(name string, r policies.Role) (qnv1alpha1.CompiledRole, 
 	c.limits.count(p+" conditions on labels", len(out.Conditions.Labels), maxConditions)
 	c.limits.count(p+" conditions on annotations", len(out.Conditions.Annotations), maxConditions)
 	if !out.Enforced {
-		rr.Note = fmt.Sprintf("enforcement %s: the API server leaves this role's refusals to the webhook, which %s them", r.Enforcement, map[policies.Enforcement]string{policies.EnforceWarn: "warns", policies.EnforceDryRun: "logs"}[r.Enforcement])
+		rr.Note = fmt.Sprintf("enforcement %s: the API server leaves this role's table refusals to the webhook, which %s them (a package enforced by packageEnforcement is still enforced)", r.Enforcement, map[policies.Enforcement]string{policies.EnforceWarn: "warns of", policies.EnforceDryRun: "logs"}[r.Enforcement])
 	}
 	return out, rr
 }
@@ -227,7 +227,7 @@ func (c *compiler) role(name string, r policies.Role) (qnv1alpha1.CompiledRole, 
 // pkg sorts one Rego package of a role: compiled into conditions (a
 // bundled package the compiler knows, unchanged), enforced by the CRD, or
 // left to the webhook.
-func (c *compiler) pkg(path, pkg string, conds *qnv1alpha1.RoleConditions, rr *RoleReport) {
+func (c *compiler) pkg(path, pkg string, role *policies.Role, conds *qnv1alpha1.RoleConditions, rr *RoleReport) {
 	tr, known := translations[pkg]
 	if !known {
 		rr.add(path+".packages", "Rego package "+pkg, WhereWebhook, "Rego runs in the webhook; the API server evaluates CEL only")
@@ -240,6 +240,11 @@ func (c *compiler) pkg(path, pkg string, conds *qnv1alpha1.RoleConditions, rr *R
 	}
 	if tr.where != WhereAPIServer {
 		rr.add(path+".packages", "Rego package "+pkg+": "+tr.what, tr.where, tr.why)
+		return
+	}
+	if e := role.EnforcementOf(pkg, false); e != policies.EnforceDeny {
+		rr.add(path+".packages", "Rego package "+pkg+": "+tr.what, WhereWebhook,
+			fmt.Sprintf("its enforcement is %s: the webhook %s its denials, the API server would refuse them", e, map[policies.Enforcement]string{policies.EnforceWarn: "warns of", policies.EnforceDryRun: "logs"}[e]))
 		return
 	}
 	params, declared := c.set.Roles.Roles[tr.paramsRole]

@@ -69,11 +69,18 @@ var variables = []variable{
 	{"deleteRefusal", `'DELETE' in variables.deleteSpec.operations || has(variables.deleteSpec.delete) && ` + subjectsMatch("variables.deleteSpec.delete") + ` ? [] : ` +
 		`[variables.deleteRole, string(variables.requester + ' may not delete a ` + qnv1alpha1.Kind + ` of role ' + strings.quote(variables.deleteRole) + ': roles.' + variables.deleteRole + '.delete admits ' + (has(variables.deleteSpec.delete) ? variables.deleteSpec.delete.description : 'nobody but the control plane')), 'role']`},
 	{"refusal", `request.operation == 'CREATE' ? variables.entryRefusal : request.operation == 'UPDATE' ? variables.updateRefusal : request.operation == 'DELETE' ? variables.deleteRefusal : []`},
-	// The role's conditions judge what a CREATE or UPDATE writes, once the
-	// table admits it, under the role it then runs under (the new one).
+	// refusalEnforced: the table's refusal is the answer (a role in warn
+	// or dryrun mode only warns; an unknown role is refused in any mode).
+	{"refusalEnforced", `variables.refusal.size() > 0 && (variables.refusal[2] == 'always' || variables.table.roles[variables.refusal[0]].enforced)`},
+	// The role's conditions judge what a CREATE or UPDATE writes under the
+	// role that judges it: the new one, or the one whose refusal only
+	// warned (its policies then run, as in the webhook). A condition is in
+	// the parameters only when its package is enforced.
+	{"judgingRole", `variables.refusal.size() == 0 ? variables.newRole : variables.refusal[0]`},
+	{"judgingSpec", `variables.table.roles[variables.judgingRole]`},
 	{"labels", `object != null && has(object.metadata.labels) ? object.metadata.labels : {}`},
 	{"annotations", `object != null && has(object.metadata.annotations) ? object.metadata.annotations : {}`},
-	{"failedConditions", `(request.operation == 'CREATE' || request.operation == 'UPDATE') && variables.refusal.size() == 0 && variables.newSpec.enforced ? ` +
+	{"failedConditions", `(request.operation == 'CREATE' || request.operation == 'UPDATE') && !variables.refusalEnforced ? ` +
 		conditionFailures("labels", "label") + ` + ` + conditionFailures("annotations", "annotation") + ` : []`},
 }
 
@@ -114,7 +121,7 @@ func conditionFailures(field, what string) string {
 	// The value is shown clipped: a message is at most 5 KiB.
 	found := `(c.key in ` + m + ` ? ' (found ' + strings.quote(` + v + `.size() > 64 ? ` + v + `.substring(0, 64) + '…' : ` + v + `) + ')' : ' (absent)')`
 	want := `(has(c.values) ? (c.values.size() == 1 ? ' must be ' + strings.quote(c.values[0]) : ' must be one of ' + c.values.join(', ')) : ' must be a number below ' + c.below)`
-	return `variables.newSpec.conditions.` + field + `.filter(c, !(` + ok + `)).map(c, '` + what + ` ' + c.key + ` + want + ` + ` + found + ` + ' [' + c.rule + ']')`
+	return `variables.judgingSpec.conditions.` + field + `.filter(c, !(` + ok + `)).map(c, '` + what + ` ' + c.key + ` + want + ` + ` + found + ` + ' [' + c.rule + ']')`
 }
 
 // controlPlaneDeleters as a CEL list literal.
@@ -173,14 +180,14 @@ func newPolicy(name string, failurePolicy admissionregistrationv1.FailurePolicyT
 			Variables:       vars,
 			Validations: []admissionregistrationv1.Validation{{
 				// The role table: operations, requesters, moves, deletions.
-				Expression:        `variables.refusal.size() == 0 || variables.refusal[2] == 'role' && !variables.table.roles[variables.refusal[0]].enforced`,
+				Expression:        `!variables.refusalEnforced`,
 				MessageExpression: `variables.refusal[1]`,
 				Message:           "refused by qn-admission's role table",
 				Reason:            &forbidden,
 			}, {
 				// The role's conditions that are plain comparisons.
 				Expression:        `variables.failedConditions.size() == 0`,
-				MessageExpression: `'denied by qn-admission (role ' + strings.quote(variables.newRole) + '): ' + variables.failedConditions.join('; ')`,
+				MessageExpression: `'denied by qn-admission (role ' + strings.quote(variables.judgingRole) + '): ' + variables.failedConditions.join('; ')`,
 				Message:           "denied by qn-admission: the role's conditions do not hold (qnctl eval --explain says which)",
 				Reason:            &forbidden,
 			}},
