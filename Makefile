@@ -74,6 +74,13 @@ bench:
 	echo "# after: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BIN)/bench-inprocess.txt
 	$(GO) run ./test/load/cmd/qnload --inprocess $(BIN)/bench-inprocess.txt --doc docs/benchmarks.md
 
+## bench-scalers: the real qn-controller with 1,000 HorizontalQNScalers polled every 15 s against a real Prometheus and kube-apiserver for 3 minutes: CPU of each process, Prometheus' query rate, the controller's API requests (docs/benchmarks.md, "HorizontalQNScaler")
+.PHONY: bench-scalers
+bench-scalers:
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" QN_PROMETHEUS="$$(./hack/prometheus.sh)" \
+	QN_BENCH_SCALERS=$${QN_BENCH_SCALERS:-1000} QN_BENCH_INTERVAL=$${QN_BENCH_INTERVAL:-15} QN_BENCH_DURATION=$${QN_BENCH_DURATION:-3m} \
+	$(GO) test -count=1 -v -run '^TestScalerLoad$$' -timeout 30m ./cmd/qn-controller/ | grep -v 'level='
+
 ## chart: refresh the chart's copies of the CRD and bundled policies, then render, lint and dry-run it
 chart:
 	$(GO) generate ./test/chart/

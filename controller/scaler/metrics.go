@@ -19,6 +19,7 @@ type metrics struct {
 	queryErrors     *prometheus.CounterVec
 	queryDuration   *prometheus.HistogramVec
 	scales          *prometheus.CounterVec
+	errors          *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,8 +47,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		scales: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qn_scaler_scales_total", Help: "Writes of a HorizontalQNScaler to its target's /scale, by direction (up, down).",
 		}, append(scaler, "direction")),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_scaler_reconcile_errors_total", Help: "Polls of a HorizontalQNScaler that failed and are retried with backoff (an API error; a missing target or metric is a condition, not an error).",
+		}, scaler),
 	}
-	for _, c := range []prometheus.Collector{m.value, m.desired, m.maxReplicas, m.metricAvailable, m.queryErrors, m.queryDuration, m.scales} {
+	for _, c := range []prometheus.Collector{m.value, m.desired, m.maxReplicas, m.metricAvailable, m.queryErrors, m.queryDuration, m.scales, m.errors} {
 		if err := promreg.RegisterReplacing(reg, c); err != nil {
 			return nil, err
 		}
@@ -65,4 +69,5 @@ func (m *metrics) forget(key types.NamespacedName) {
 	m.queryErrors.DeletePartialMatch(labels)
 	m.queryDuration.Delete(labels)
 	m.scales.DeletePartialMatch(labels)
+	m.errors.Delete(labels)
 }

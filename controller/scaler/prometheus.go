@@ -92,6 +92,11 @@ type Prometheus struct {
 	MaxInFlightPerServer int
 	// MaxResponseBytes caps an answer's body.
 	MaxResponseBytes int64
+	// Wake, when set, is called (under no lock, never blocking) with the
+	// key of each waiter a freed slot now belongs to, so that it asks again
+	// at once instead of at its next retry: a busy server's slots then go
+	// back to work as fast as its queries end.
+	Wake func(key string)
 
 	mu      sync.Mutex
 	servers map[string]*serverSlots
@@ -168,7 +173,16 @@ func (p *Prometheus) Acquire(server, key string) (release func(), err error) {
 	return func() {
 		p.mu.Lock()
 		s.inFlight--
+		// The waiter the freed slot belongs to is the free-th in line.
+		var next string
+		if free := p.MaxInFlightPerServer - s.inFlight; free > 0 && len(s.waiting) >= free {
+			next = s.waiting[free-1].key
+		}
+		wake := p.Wake
 		p.mu.Unlock()
+		if next != "" && wake != nil {
+			wake(next)
+		}
 	}, nil
 }
 

@@ -242,3 +242,30 @@ func TestWaitersOfABusyServerAreServedInOrder(t *testing.T) {
 	}
 	release()
 }
+
+// A freed slot wakes the waiter it now belongs to, at once.
+func TestAFreedSlotWakesItsWaiter(t *testing.T) {
+	p := NewPrometheus(time.Second, 2)
+	var woken []string
+	p.Wake = func(key string) { woken = append(woken, key) }
+	r1, _ := p.Acquire("http://slow", "a")
+	r2, _ := p.Acquire("http://slow", "b")
+	for _, key := range []string{"c", "d", "e"} {
+		if _, err := p.Acquire("http://slow", key); !errors.Is(err, ErrServerBusy) {
+			t.Fatal(err)
+		}
+	}
+	r1()
+	if len(woken) != 1 || woken[0] != "c" {
+		t.Fatalf("woken %v after one slot freed, want [c]", woken)
+	}
+	r2()
+	if len(woken) != 2 || woken[1] != "d" {
+		t.Fatalf("woken %v after two slots freed, want [c d]", woken)
+	}
+	if release, err := p.Acquire("http://slow", "d"); err != nil {
+		t.Fatalf("d, second in line with two free slots: %v", err)
+	} else {
+		release()
+	}
+}

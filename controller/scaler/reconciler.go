@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,9 +29,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 )
@@ -80,7 +85,7 @@ type Reconciler struct {
 	// conditions, stages and the scaler's memory are written at once.
 	StatusRefresh time.Duration
 	// BusyRetry is when a scaler whose server had no free query slot tries
-	// again.
+	// again at the latest; it is woken sooner when a slot is its.
 	BusyRetry time.Duration
 
 	metrics            *metrics
@@ -141,7 +146,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		r.StatusRefresh = time.Minute
 	}
 	if r.BusyRetry <= 0 {
-		r.BusyRetry = 250 * time.Millisecond
+		r.BusyRetry = time.Second
 	}
 	r.secrets = &secretCache{reader: r.APIReader, ttl: 30 * time.Second, entries: map[types.NamespacedName]secretEntry{}}
 	var err error
@@ -165,8 +170,18 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		}
 		r.watchScaledObjects = true
 	}
+	// A scaler waiting for a busy Prometheus is woken when a slot is its.
+	wakeups := make(chan event.GenericEvent, 1024)
+	r.Prometheus.Wake = func(key string) {
+		ns, name, _ := strings.Cut(key, "/")
+		select {
+		case wakeups <- event.GenericEvent{Object: &qnv1alpha1.HorizontalQNScaler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}:
+		default: // full: the waiter's own retry comes within BusyRetry
+		}
+	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("horizontalqnscaler").
+		WatchesRawSource(source.Channel(wakeups, &handler.EnqueueRequestForObject{})).
 		// Status writes do not wake a scaler (it polls); spec and pause
 		// annotation changes do.
 		For(&qnv1alpha1.HorizontalQNScaler{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
@@ -218,19 +233,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	res, err := r.poll(ctx, s, spec, now)
+	var next time.Time
 	if !errors.Is(err, ErrServerBusy) {
-		r.polls.mark(req.NamespacedName, s, now)
+		next = r.polls.mark(req.NamespacedName, s, now, interval)
 	}
 	if err != nil {
 		if errors.Is(err, ErrServerBusy) {
 			return ctrl.Result{RequeueAfter: r.BusyRetry}, nil
 		}
+		r.metrics.errors.WithLabelValues(req.Namespace, req.Name).Inc()
 		return ctrl.Result{}, err
 	}
 	if res.RequeueAfter == 0 {
-		// The interval counts from this poll's start, so a slow query does
-		// not stretch the period.
-		res.RequeueAfter = max(interval-r.Clock.Since(now), 10*time.Millisecond)
+		res.RequeueAfter = max(next.Sub(r.Clock.Now()), 10*time.Millisecond)
 	}
 	return res, nil
 }
@@ -242,6 +257,26 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 	status := s.Status.DeepCopy()
 	status.ObservedGeneration = s.Generation
 	at := metav1.NewTime(now)
+
+	// The query first: a Prometheus with no free slot costs no API call.
+	in := Input{Spec: spec, Status: &s.Status, Now: now, Paused: s.Paused()}
+	if !in.Paused {
+		server, err := r.server(ctx, s.Namespace, spec.QNMetric)
+		if err != nil {
+			in.Metric = Reading{Err: err}
+			r.metrics.queryErrors.WithLabelValues(s.Namespace, s.Name, string(KindOf(err))).Inc()
+		} else {
+			release, err := r.Prometheus.Acquire(server.URL, key.String())
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			in.Metric = r.query(ctx, key, server, spec.QNMetric.Query)
+			for _, c := range StageConditions(spec, &s.Status) {
+				in.Abort = append(in.Abort, ConditionReading{Condition: c, Reading: r.query(ctx, key, server, c.Query)})
+			}
+			release()
+		}
+	}
 
 	tgt, err := resolveTarget(r.Mapper, r.ScaleKinds, spec.ScaleTargetRef)
 	var current *autoscalingv1.Scale
@@ -273,24 +308,7 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 		return ctrl.Result{}, err
 	}
 
-	in := Input{Spec: spec, Status: &s.Status, Now: now, Replicas: replicas, Paused: s.Paused()}
-	if !in.Paused {
-		server, err := r.server(ctx, s.Namespace, spec.QNMetric)
-		if err != nil {
-			in.Metric = Reading{Err: err}
-			r.metrics.queryErrors.WithLabelValues(s.Namespace, s.Name, string(KindOf(err))).Inc()
-		} else {
-			release, err := r.Prometheus.Acquire(server.URL, key.String())
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			in.Metric = r.query(ctx, key, server, spec.QNMetric.Query)
-			for _, c := range StageConditions(spec, &s.Status) {
-				in.Abort = append(in.Abort, ConditionReading{Condition: c, Reading: r.query(ctx, key, server, c.Query)})
-			}
-			release()
-		}
-	}
+	in.Replicas = replicas
 	d := Decide(in)
 
 	// Carry the decision out.
@@ -453,14 +471,20 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 	return nil
 }
 
+// numbers matches the numbers in a reason (values, replicas, seconds, the
+// digits of a time).
+var numbers = regexp.MustCompile(`[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?`)
+
 // settled is the part of a status whose change is written at once: all
-// but the value, the wording and time of the decision, and failure counts
-// beyond the fallback's threshold.
+// but the value, the numbers in the decision's reason (its wording counts:
+// "within the band" becoming "in the cooldown" is news), the time of the
+// decision, and failure counts beyond the fallback's threshold.
 func settled(st *qnv1alpha1.HorizontalQNScalerStatus, fallback *qnv1alpha1.Fallback) *qnv1alpha1.HorizontalQNScalerStatus {
 	c := st.DeepCopy()
 	c.CurrentValue = ""
 	if c.LastDecision != nil {
-		c.LastDecision.Time, c.LastDecision.Value, c.LastDecision.Reason = metav1.Time{}, "", ""
+		c.LastDecision.Time, c.LastDecision.Value = metav1.Time{}, ""
+		c.LastDecision.Reason = numbers.ReplaceAllString(c.LastDecision.Reason, "#")
 	}
 	limit := int32(1)
 	if fallback != nil {
@@ -522,21 +546,24 @@ func (r *Reconciler) observe(key types.NamespacedName, spec *qnv1alpha1.Horizont
 	r.metrics.metricAvailable.WithLabelValues(key.Namespace, key.Name).Set(available)
 }
 
-// pollTimes remembers when each scaler was last polled, and at which
-// generation and pause state, so events between polls do not add queries.
-// Pacing only: a new leader starts empty and polls every scaler at once.
+// pollTimes remembers when each scaler's next poll is due, and at which
+// generation and pause state it was polled, so events between polls do
+// not add queries. Polls keep their cadence: the next one is due an
+// interval after the one before was due, not after it ended, so a query
+// that waited for a busy Prometheus does not stretch the period. Pacing
+// only: a new leader starts empty and polls every scaler at once.
 type pollTimes struct {
 	mu   sync.Mutex
 	last map[types.NamespacedName]pollMark
 }
 
 type pollMark struct {
-	at         time.Time
+	next       time.Time
 	generation int64
 	paused     bool
 }
 
-func (p *pollTimes) wait(key types.NamespacedName, s *qnv1alpha1.HorizontalQNScaler, now time.Time, interval time.Duration) time.Duration {
+func (p *pollTimes) wait(key types.NamespacedName, s *qnv1alpha1.HorizontalQNScaler, now time.Time, _ time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m, ok := p.last[key]
@@ -544,19 +571,29 @@ func (p *pollTimes) wait(key types.NamespacedName, s *qnv1alpha1.HorizontalQNSca
 		return 0
 	}
 	// A little early is on time: RequeueAfter fires a hair before.
-	if left := interval - now.Sub(m.at); left > 50*time.Millisecond {
+	if left := m.next.Sub(now); left > 50*time.Millisecond {
 		return left
 	}
 	return 0
 }
 
-func (p *pollTimes) mark(key types.NamespacedName, s *qnv1alpha1.HorizontalQNScaler, now time.Time) {
+// mark records a poll made at now and returns when the next one is due:
+// an interval after this one was due when it came on time (within an
+// interval of it), else an interval from now (the first poll, a spec
+// change, a scaler far behind).
+func (p *pollTimes) mark(key types.NamespacedName, s *qnv1alpha1.HorizontalQNScaler, now time.Time, interval time.Duration) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.last == nil {
 		p.last = map[types.NamespacedName]pollMark{}
 	}
-	p.last[key] = pollMark{at: now, generation: s.Generation, paused: s.Paused()}
+	next := now.Add(interval)
+	if m, ok := p.last[key]; ok && m.generation == s.Generation && m.paused == s.Paused() &&
+		!now.Before(m.next.Add(-50*time.Millisecond)) && now.Before(m.next.Add(interval)) {
+		next = m.next.Add(interval)
+	}
+	p.last[key] = pollMark{next: next, generation: s.Generation, paused: s.Paused()}
+	return next
 }
 
 func (p *pollTimes) forget(key types.NamespacedName) {

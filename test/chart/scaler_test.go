@@ -73,7 +73,7 @@ controller:
 `)
 	dep := get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller")
 	args := strings.Join(container(t, &dep.Spec.Template.Spec, "qn-controller").Args, " ")
-	for _, want := range []string{"--scalers=true", "--prometheus-url=http://prometheus-operated.monitoring:9090", "--scaler-workers=8", "--prometheus-max-inflight=4"} {
+	for _, want := range []string{"--scalers=true", "--prometheus-url=http://prometheus-operated.monitoring:9090", "--scaler-workers=8", "--prometheus-max-inflight=8"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("qn-controller's args lack %s: %s", want, args)
 		}

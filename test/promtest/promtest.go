@@ -168,6 +168,9 @@ func (s *Server) Stop() {
 	}
 }
 
+// Pid is the server's process id, for CPU measurements.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Query runs an instant query and returns its one value, for tests that
 // wait for a scrape (not the product's client).
 func (s *Server) Query(query string) (float64, error) {

@@ -43,11 +43,11 @@ func defaultScalerOptions() ScalerOptions {
 	return ScalerOptions{
 		Enabled:               true,
 		PrometheusTimeout:     5 * time.Second,
-		PrometheusMaxInFlight: 4,
+		PrometheusMaxInFlight: 8,
 		Workers:               16,
 		StatusRefresh:         time.Minute,
-		KubeAPIQPS:            50,
-		KubeAPIBurst:          100,
+		KubeAPIQPS:            100,
+		KubeAPIBurst:          200,
 	}
 }
 

@@ -15,8 +15,8 @@ func TestScalerFlags(t *testing.T) {
 		check   func(*testing.T, ScalerOptions)
 	}{
 		"the defaults": {check: func(t *testing.T, o ScalerOptions) {
-			if !o.Enabled || o.PrometheusURL != "" || o.PrometheusTimeout != 5*time.Second || o.PrometheusMaxInFlight != 4 ||
-				o.Workers != 16 || o.StatusRefresh != time.Minute || o.KubeAPIQPS != 50 || o.KubeAPIBurst != 100 {
+			if !o.Enabled || o.PrometheusURL != "" || o.PrometheusTimeout != 5*time.Second || o.PrometheusMaxInFlight != 8 ||
+				o.Workers != 16 || o.StatusRefresh != time.Minute || o.KubeAPIQPS != 100 || o.KubeAPIBurst != 200 {
 				t.Errorf("defaults = %+v", o)
 			}
 		}},
