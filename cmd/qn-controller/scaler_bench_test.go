@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
-	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
@@ -60,16 +60,7 @@ func TestScalerLoad(t *testing.T) {
 	prom := promtest.StartForTest(t, exporter.Target())
 	prom.WaitFor(t, `count(qn_test_queue_depth)`, float64(n))
 
-	crds, err := crd.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{CRDs: crds}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := testharness.ControlPlane(t, testharness.ControlPlaneOptions{})
 	scheme, err := controller.NewScheme()
 	if err != nil {
 		t.Fatal(err)
@@ -182,38 +173,19 @@ func TestScalerLoad(t *testing.T) {
 	t.Logf("  mean query %.0f ms (%.0f queries), mean reconcile %.0f ms (%.0f reconciles, busy retries included)",
 		1000*(sumAll(t, metricsURL, "qn_scaler_query_duration_seconds_sum")-querySecondsBefore)/queryCount, queryCount,
 		1000*(counter(t, metricsURL, `controller_runtime_reconcile_time_seconds_sum{controller="horizontalqnscaler"}`)-reconcileBefore)/reconciles, reconciles)
-	if rss := rssMiB(t, cmd.Process.Pid); rss > 0 {
-		t.Logf("  qn-controller RSS: %.1f MiB", rss)
+	if st, err := testharness.ReadProc(cmd.Process.Pid); err == nil {
+		t.Logf("  qn-controller RSS: %.1f MiB", float64(st.RSS)/(1<<20))
 	}
 }
 
 // cpuSeconds reads a process's user+system CPU time from /proc.
 func cpuSeconds(t *testing.T, pid int) float64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := testharness.ReadProc(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Fields after the command name, which is in parentheses.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100 // USER_HZ
-}
-
-func rssMiB(t *testing.T, pid int) float64 {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	return st.CPU.Seconds()
 }
 
 // pidOf finds the process whose command line names binary (and contains

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
-	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
@@ -45,16 +45,7 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 	}
 	defer slow.Close()
 
-	crds, err := crd.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{CRDs: crds}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := testharness.ControlPlane(t, testharness.ControlPlaneOptions{})
 	scheme, err := controller.NewScheme()
 	if err != nil {
 		t.Fatal(err)

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,7 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
-	"github.com/quantumnode/qn-admission/config/crd"
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
@@ -101,22 +98,13 @@ func testScheme() (*runtime.Scheme, error) {
 
 func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func(), err error) {
 	began := time.Now()
-	scalers, err := crd.HorizontalQNScaler()
-	if err != nil {
-		return nil, nil, err
-	}
 	scheme, err := testScheme()
 	if err != nil {
 		return nil, nil, err
 	}
-	env := &envtest.Environment{
-		CRDs:                  []*apiextensionsv1.CustomResourceDefinition{scalers},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	cfg, err := env.Start()
+	env, cfg, err := testharness.StartControlPlane(testharness.ControlPlaneOptions{Configure: func(e *envtest.Environment) { e.Scheme = scheme }})
 	if err != nil {
-		return nil, nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", os.Getenv("KUBEBUILDER_ASSETS"), err)
+		return nil, nil, err
 	}
 	var stops []func()
 	stopAll := func() {
@@ -156,7 +144,7 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 	if err != nil {
 		return nil, nil, err
 	}
-	stops = append(stops, kcm.stop)
+	stops = append(stops, func() { _ = kcm.Stop() })
 
 	ctrl.SetLogger(testLogger())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -243,33 +231,17 @@ func (i countingScaleInterface) Update(ctx context.Context, gr schema.GroupResou
 	return i.ScaleInterface.Update(ctx, gr, s, opts)
 }
 
-// managedProcess is a child process the tests stop.
-type managedProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *managedProcess) stop() {
-	if p == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
 // startControllerManager runs the real kube-controller-manager with the
 // controllers a Deployment needs: the Deployment controller turns replicas
 // into a ReplicaSet's, the ReplicaSet controller into Pods (which stay
 // Pending: there is no scheduler), the service account controller makes
 // the namespace's default account the Pods need.
-func startControllerManager(kubeconfig string) (*managedProcess, error) {
-	p := &managedProcess{done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager"),
+func startControllerManager(kubeconfig string) (*testharness.Process, error) {
+	assets, err := testharness.AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	return testharness.Start(filepath.Join(assets, "kube-controller-manager"), []string{
 		"--kubeconfig", kubeconfig,
 		"--authentication-kubeconfig", kubeconfig,
 		"--authorization-kubeconfig", kubeconfig,
@@ -277,16 +249,7 @@ func startControllerManager(kubeconfig string) (*managedProcess, error) {
 		"--leader-elect=false",
 		"--secure-port=0",
 		"-v=1",
-	)
-	// Its logs go to stderr with QN_TEST_LOGS, as the manager's do.
-	if os.Getenv("QN_TEST_LOGS") != "" {
-		p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
-	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start kube-controller-manager: %w", err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	return p, nil
+	}, testharness.ProcessOptions{StopGrace: 10 * time.Second, KeepLast: 64 << 10})
 }
 
 // namespace creates a fresh namespace for one test.
@@ -414,7 +377,7 @@ func (s *scenario) replicas(name string) (deployment, replicaSet int32, err erro
 // when that was first seen.
 func (s *scenario) waitForReplicas(name string, want int32, within time.Duration) time.Time {
 	s.t.Helper()
-	eventuallyWithin(s.t, within, fmt.Sprintf("Deployment %s/%s and its ReplicaSet have %d replicas", s.ns, name, want), func() error {
+	testharness.WaitFor(s.t, within, fmt.Sprintf("Deployment %s/%s and its ReplicaSet have %d replicas", s.ns, name, want), func() error {
 		d, rs, err := s.replicas(name)
 		if err != nil {
 			return err
@@ -442,7 +405,7 @@ func (s *scenario) get(name string) *qnv1alpha1.HorizontalQNScaler {
 func (s *scenario) waitForCondition(name, typ string, status metav1.ConditionStatus, reason string, within time.Duration) *qnv1alpha1.HorizontalQNScaler {
 	s.t.Helper()
 	var sc *qnv1alpha1.HorizontalQNScaler
-	eventuallyWithin(s.t, within, fmt.Sprintf("%s/%s has %s=%s (%s)", s.ns, name, typ, status, reason), func() error {
+	testharness.WaitFor(s.t, within, fmt.Sprintf("%s/%s has %s=%s (%s)", s.ns, name, typ, status, reason), func() error {
 		sc = &qnv1alpha1.HorizontalQNScaler{}
 		if err := s.h.client.Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, sc); err != nil {
 			return err
@@ -488,23 +451,6 @@ func (s *scenario) update(obj client.Object, change func()) {
 	})
 	if err != nil {
 		s.t.Fatalf("update %T %s: %v", obj, obj.GetName(), err)
-	}
-}
-
-// eventuallyWithin polls check until it returns nil, or fails the test
-// with its last error.
-func eventuallyWithin(t testing.TB, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not so after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
@@ -62,7 +63,7 @@ func TestAboveUpperScalesUpByTheStepWithinTwoPollingIntervals(t *testing.T) {
 	if sc.Status.ObservedGeneration != sc.Generation {
 		t.Errorf("observedGeneration %d, generation %d", sc.Status.ObservedGeneration, sc.Generation)
 	}
-	eventuallyWithin(t, 10*time.Second, "a ScaledUp event", func() error {
+	testharness.WaitFor(t, 10*time.Second, "a ScaledUp event", func() error {
 		if ev := s.events("web"); !slices.Contains(ev, "ScaledUp: value 17.2 > upper 15: +2 replicas (4 → 6)") {
 			return fmt.Errorf("events %q", ev)
 		}
@@ -118,7 +119,7 @@ func TestBelowLowerScalesDownOnlyAfterTheStabilizationWindow(t *testing.T) {
 		sc.Spec.StabilizationWindowSeconds = int32p(int32(window / time.Second))
 	}))
 	var since time.Time
-	eventuallyWithin(t, 10*time.Second, "the scaler records when the value went below lower", func() error {
+	testharness.WaitFor(t, 10*time.Second, "the scaler records when the value went below lower", func() error {
 		sc := s.get("web")
 		if sc.Status.BelowLowerSince == nil {
 			return fmt.Errorf("status %+v", sc.Status)
@@ -176,7 +177,7 @@ func TestABurstThatCrossesUpperAndBackWithinTheCooldownScalesUpOnce(t *testing.T
 	if n := h.scales.of(s.ns, "web"); n != 1 {
 		t.Errorf("%d /scale writes during the burst, want 1", n)
 	}
-	eventuallyWithin(t, 10*time.Second, "the last decision names the cooldown", func() error {
+	testharness.WaitFor(t, 10*time.Second, "the last decision names the cooldown", func() error {
 		if d := s.get("web").Status.LastDecision; d == nil || !strings.Contains(d.Reason, "scale-up cooldown of 60s runs until") {
 			return fmt.Errorf("lastDecision = %+v", d)
 		}
@@ -221,7 +222,7 @@ func TestPrometheusStoppedReportsTheMetricThenAppliesTheFallback(t *testing.T) {
 	if d := sc.Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionFallback || !strings.Contains(d.Reason, "fallback to 5 replicas (2 → 5)") {
 		t.Errorf("lastDecision = %+v", d)
 	}
-	eventuallyWithin(t, 10*time.Second, "MetricUnavailable and FallbackApplied events", func() error {
+	testharness.WaitFor(t, 10*time.Second, "MetricUnavailable and FallbackApplied events", func() error {
 		ev := strings.Join(s.events("web"), "\n")
 		if !strings.Contains(ev, "MetricUnavailable: query Prometheus at "+prom.URL) || !strings.Contains(ev, "FallbackApplied: metric unavailable for 3 polls in a row") {
 			return fmt.Errorf("events:\n%s", ev)
@@ -277,7 +278,7 @@ func TestAStagedScaleUpWhoseConditionFailsReturnsToThePreviousReplicas(t *testin
 	if d := sc.Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionStageAbort || d.Reason != want {
 		t.Errorf("lastDecision = %+v, want %q", d, want)
 	}
-	eventuallyWithin(t, 10*time.Second, "a StageAborted event", func() error {
+	testharness.WaitFor(t, 10*time.Second, "a StageAborted event", func() error {
 		if ev := s.events("web"); !slices.Contains(ev, "StageAborted: "+want) {
 			return fmt.Errorf("events %q", ev)
 		}
@@ -428,7 +429,7 @@ func TestAnotherAutoscalerOfTheTargetIsReportedNotFought(t *testing.T) {
 	}
 	s.waitForReplicas("web", 4, 10*time.Second)
 	s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionTrue, qnv1alpha1.ScalerReasonReadyForNewScale, 10*time.Second)
-	eventuallyWithin(t, 10*time.Second, "the second scaler yields to the first alone", func() error {
+	testharness.WaitFor(t, 10*time.Second, "the second scaler yields to the first alone", func() error {
 		c := findCondition(s.get("web-second"), qnv1alpha1.ScalerAbleToScale)
 		if c == nil || c.Reason != qnv1alpha1.ScalerReasonConflictingScaler || !strings.HasPrefix(c.Message, "HorizontalQNScaler web (older) also scale") {
 			return fmt.Errorf("AbleToScale %+v", c)
