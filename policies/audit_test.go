@@ -45,7 +45,7 @@ type countingStore struct {
 	takes, peeks int
 }
 
-func (s *countingStore) Take(ctx context.Context, key string, l window.Limit, uid string) (window.State, bool, error) {
+func (s *countingStore) Take(ctx context.Context, key string, l window.Limit, uid string) (window.Taken, error) {
 	s.takes++
 	return s.Store.Take(ctx, key, l, uid)
 }

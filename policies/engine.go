@@ -98,12 +98,17 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 			return v.decision()
 		}
 	}
+	// The window is counted before the policies run, in one store call
+	// that also answers input.context.window; the slot is given back if
+	// the policies refuse the change or cannot judge it (windows.go).
 	facts := p.Facts
-	if d, done := e.readWindow(ctx, p, &v, &facts); done {
+	slot, d, done := e.countWindow(ctx, p, &v, &facts)
+	if done {
 		return d
 	}
 	res, err := e.evaluate(ctx, p, in, facts)
 	if err != nil {
+		e.giveBack(ctx, p, &v, slot)
 		return v.failed(err)
 	}
 	v.warnings = append(v.warnings, res.Warn...)
@@ -112,10 +117,11 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 	}
 	if len(res.Deny) > 0 {
 		if v.policiesDenied(res); v.settled() {
+			e.giveBack(ctx, p, &v, slot)
 			return v.decision()
 		}
 	}
-	if d, done := e.takeSlot(ctx, p, &v); done {
+	if d, done := e.settleSlot(p, &v, slot); done {
 		return d
 	}
 	return v.decision()

@@ -17,11 +17,21 @@ import (
 )
 
 // A role's rate window, as the engine uses it: the plan names the window
-// (planWindow), the validating path reads it for the policies
-// (readWindow), and a change the policies admit takes a slot (takeSlot).
+// (planWindow); the validating path counts the request in it before the
+// policies run (countWindow: one store call that takes the slot and
+// answers the window as it was, which the policies read as
+// input.context.window), then keeps the slot if the policies admit the
+// change and gives it back if they refuse it (settleSlot, giveBack).
 // Every call goes through one window.Counter, with the role's
 // onStoreError: a window.Guard in the server, the in-process store it
 // guards, or qnctl's prefilled one.
+//
+// Taking first makes a shared window one round trip per request instead
+// of two (a read for the policies, then the slot). The slot is held while
+// the policies run: a change they refuse counts for that long, so a
+// concurrent change of the same window may be refused with 429 in that
+// moment although the window would have had room once the slot was given
+// back (only ever refusing early, never admitting beyond the limit).
 
 // PlannedWindow is the window a request counts against.
 type PlannedWindow struct {
@@ -72,85 +82,71 @@ type WindowStoreReport struct {
 	CountedLocally bool
 }
 
-// readWindow puts the requester's window before this request into facts
-// (input.context.window) on the validating path. done is true when the
-// decision is made: the store failed and the role fails closed, or the
-// read failed.
-func (e *Engine) readWindow(ctx context.Context, p *Plan, v *verdict, facts *Facts) (d Decision, done bool) {
+// windowCount is what countWindow did, for settleSlot and giveBack.
+type windowCount struct {
+	answer window.Answer
+	// err is the store's failure, already recorded in the verdict.
+	err error
+	// peeked is set for a dry run, which takes nothing.
+	peeked bool
+}
+
+// countWindow counts the request in its window on the validating path,
+// before the policies run: a dry run reads the window, any other request
+// takes its slot. Either way the window as it was before this request
+// goes into facts (input.context.window). done is true when the decision
+// is made: the store failed and the role fails closed, or the call failed.
+func (e *Engine) countWindow(ctx context.Context, p *Plan, v *verdict, facts *Facts) (c windowCount, d Decision, done bool) {
 	if p.Window == nil {
-		return Decision{}, false
+		return c, Decision{}, false
 	}
-	_, span := tracing.Child(ctx, "window")
-	st, err := e.peek(ctx, p, v)
-	if span != nil {
-		span.SetAttributes(attribute.String("qn.window.op", "peek"), attribute.String("qn.window.key", string(p.Window.Key)))
-	}
-	tracing.End(span, err)
-	switch {
-	case errors.Is(err, window.ErrStoreUnavailable):
-		if v.refuse(storeRefusal(p), SourceWindowStore); v.settled() {
-			return v.decision(), true
-		}
-	case err != nil:
-		return v.failed(err), true
-	default:
-		facts.Window = st
-	}
-	return Decision{}, false
-}
-
-// peek reads the requester's window before this request, as policies see
-// it in input.context.window.
-func (e *Engine) peek(ctx context.Context, p *Plan, v *verdict) (*WindowState, error) {
-	st, err := e.peekWindow(ctx, p, v)
-	if err != nil {
-		return nil, fmt.Errorf("read rate window %s: %w", p.Window.Key, err)
-	}
-	return windowState(p.Window.Spec, st), nil
-}
-
-// takeSlot counts a change the policies admit against its window. Only a
-// request that will be admitted takes a slot; a dry run is judged against
-// the window as it is and takes nothing. done is true when the decision is
-// made (a full window, a store that fails closed, an error).
-func (e *Engine) takeSlot(ctx context.Context, p *Plan, v *verdict) (d Decision, done bool) {
-	if p.Window == nil {
-		return Decision{}, false
-	}
-	_, span := tracing.Child(ctx, "window")
-	d, done = e.take(ctx, p, v)
-	if span != nil {
-		span.SetAttributes(attribute.String("qn.window.op", "take"), attribute.String("qn.window.key", string(p.Window.Key)))
-		if v.window != nil {
-			span.SetAttributes(attribute.Int("qn.window.count", v.window.Count), attribute.Int("qn.window.limit", v.window.Limit))
-		}
-	}
-	tracing.End(span, nil)
-	return d, done
-}
-
-func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool) {
 	w := p.Window
-	var st window.State
-	var err error
-	admitted := true
+	_, span := tracing.Child(ctx, "window")
+	var before window.State
 	if p.Facts.DryRun {
-		st, err = e.peekWindow(ctx, p, v)
-		admitted = err == nil && st.Remaining > 0
+		c.peeked = true
+		c.answer, c.err = e.windows.PeekWith(ctx, w.Spec.OnStoreError, w.Key, w.Limit)
+		before = c.answer.State
 	} else {
-		var a window.Answer
-		a, err = e.windows.TakeWith(ctx, w.Spec.OnStoreError, w.Key, w.Limit, p.Facts.UID)
-		v.storeAnswered(p, a, err)
-		st, admitted = a.State, a.Admitted
+		c.answer, c.err = e.windows.TakeWith(ctx, w.Spec.OnStoreError, w.Key, w.Limit, p.Facts.UID)
+		before = window.Taken{State: c.answer.State, Receipt: c.answer.Receipt}.Before()
 	}
-	if errors.Is(err, window.ErrStoreUnavailable) {
-		if v.refuse(storeRefusal(p), SourceWindowStore); v.settled() {
-			return v.decision(), true
+	v.storeAnswered(p, c.answer, c.err)
+	if span != nil {
+		op := "take"
+		if c.peeked {
+			op = "peek"
 		}
+		span.SetAttributes(attribute.String("qn.window.op", op), attribute.String("qn.window.key", string(w.Key)),
+			attribute.Int("qn.window.count", c.answer.State.Count), attribute.Int("qn.window.limit", c.answer.State.Limit))
+	}
+	tracing.End(span, c.err)
+	switch {
+	case errors.Is(c.err, window.ErrStoreUnavailable):
+		if v.refuse(storeRefusal(p), SourceWindowStore); v.settled() {
+			return c, v.decision(), true
+		}
+	case c.err != nil:
+		return c, v.failed(fmt.Errorf("count the change in rate window %s: %w", w.Key, c.err)), true
+	default:
+		facts.Window = windowState(w.Spec, before)
+	}
+	return c, Decision{}, false
+}
+
+// settleSlot applies the window to a change the policies admit (or do not
+// enforce a refusal of): the slot countWindow took is kept, and a full
+// window refuses with 429. A dry run is judged against the window as it
+// was and takes nothing. done is true when the decision is made.
+func (e *Engine) settleSlot(p *Plan, v *verdict, c windowCount) (d Decision, done bool) {
+	if p.Window == nil || c.err != nil {
+		// A store failure was answered when counting.
 		return Decision{}, false
 	}
-	if err != nil {
-		return v.failed(fmt.Errorf("take a slot of rate window %s: %w", w.Key, err)), true
+	w := p.Window
+	st, admitted := c.answer.State, c.answer.Admitted
+	if c.peeked {
+		admitted = st.Remaining > 0
 	}
 	v.window = windowState(w.Spec, st)
 	e.metrics.windowUsed(p.Role, st.Count, st.Limit)
@@ -165,12 +161,42 @@ func (e *Engine) take(ctx context.Context, p *Plan, v *verdict) (Decision, bool)
 	return Decision{}, false
 }
 
-// peekWindow reads p's window for the policy input or a dry run.
-func (e *Engine) peekWindow(ctx context.Context, p *Plan, v *verdict) (window.State, error) {
+// giveBack returns the slot countWindow took for a change that is not
+// admitted after all: its policies refused it, or could not judge it. It
+// runs even when the caller has given up (the slot must not stay taken
+// because the apiserver closed the connection), under the store's own
+// deadline. A store that cannot answer keeps the change counted until it
+// leaves the window: the requester loses one slot for one period, which
+// the decision log records; the limit is never exceeded.
+func (e *Engine) giveBack(ctx context.Context, p *Plan, v *verdict, c windowCount) {
+	if p.Window == nil || !c.answer.Receipt.Recorded() {
+		return
+	}
+	_, span := tracing.Child(ctx, "window")
+	start := time.Now()
+	err := e.windows.Release(context.WithoutCancel(ctx), p.Window.Key, c.answer.Receipt)
+	if v.store != nil {
+		v.store.Latency += time.Since(start)
+		if err != nil {
+			v.store.Error = "the slot of this refused change could not be given back, so it counts until it leaves the window: " + err.Error()
+		}
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String("qn.window.op", "release"), attribute.String("qn.window.key", string(p.Window.Key)))
+	}
+	tracing.End(span, err)
+}
+
+// peek reads the requester's window before this request, as policies see
+// it in input.context.window, changing nothing (qnctl's explanations).
+func (e *Engine) peek(ctx context.Context, p *Plan, v *verdict) (*WindowState, error) {
 	w := p.Window
 	a, err := e.windows.PeekWith(ctx, w.Spec.OnStoreError, w.Key, w.Limit)
 	v.storeAnswered(p, a, err)
-	return a.State, err
+	if err != nil {
+		return nil, fmt.Errorf("read rate window %s: %w", w.Key, err)
+	}
+	return windowState(w.Spec, a.State), nil
 }
 
 // storeAnswered records one store call in the verdict's report, and warns

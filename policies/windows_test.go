@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -132,5 +134,209 @@ func eventually(timeout time.Duration, cond func() error) error {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// callCounter counts the calls the engine makes to a window store, and can
+// make Release fail.
+type callCounter struct {
+	window.Store
+	mu                    sync.Mutex
+	takes, peeks, release int
+	failRelease           error
+}
+
+func (c *callCounter) Take(ctx context.Context, key string, l window.Limit, uid string) (window.Taken, error) {
+	c.mu.Lock()
+	c.takes++
+	c.mu.Unlock()
+	return c.Store.Take(ctx, key, l, uid)
+}
+
+func (c *callCounter) Peek(ctx context.Context, key string, l window.Limit) (window.State, error) {
+	c.mu.Lock()
+	c.peeks++
+	c.mu.Unlock()
+	return c.Store.Peek(ctx, key, l)
+}
+
+func (c *callCounter) Release(ctx context.Context, key string, r window.Receipt) error {
+	c.mu.Lock()
+	c.release++
+	err := c.failRelease
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.Store.Release(ctx, key, r)
+}
+
+func (c *callCounter) calls() [3]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return [3]int{c.takes, c.peeks, c.release}
+}
+
+// windowStores are the stores the engine's window path is tested with:
+// the in-process one and a real redis-server, each behind the Guard
+// qn-webhook puts around it.
+func windowStores(t *testing.T) map[string]func(t *testing.T) window.Store {
+	return map[string]func(t *testing.T) window.Store{
+		"memory": func(*testing.T) window.Store { return window.NewMemoryStore(nil, window.MemoryOptions{}) },
+		"redis": func(t *testing.T) window.Store {
+			srv := redistest.Start(t)
+			c, err := window.NewRedisClient(window.RedisConfig{Address: srv.Addr, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return window.NewRedisStore(c, window.RedisOptions{})
+		},
+	}
+}
+
+// TestOneWindowCallPerAdmittedRequest: a request with a window costs the
+// store one call: the slot is taken before the policies run, and that
+// call answers the window they read. A change the policies refuse, or
+// cannot judge, gives its slot back (a second call only then); a dry run
+// only reads.
+func TestOneWindowCallPerAdmittedRequest(t *testing.T) {
+	fsys := windowedSet("user", "")
+	fsys["fail.rego"] = &fstest.MapFile{Data: []byte("package p\n\ndeny contains x if {\n\tinput.context.labels.fail == \"yes\"\n\tx := 1 / 0\n}\n")}
+	set, err := Load(context.Background(), fsys, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		n        node
+		allowed  bool
+		calls    [3]int // takes, peeks, releases
+		count    int    // the window's count afterwards
+		warnings []string
+	}{
+		"an admitted change: one take":                               {n: node{}, allowed: true, calls: [3]int{1, 0, 0}, count: 1, warnings: []string{"window 0/2"}},
+		"a change the policies refuse: a take, then a release":       {n: node{labels: map[string]string{"deny": "yes"}}, calls: [3]int{1, 0, 1}},
+		"a change the policies cannot judge: a take, then a release": {n: node{labels: map[string]string{"fail": "yes"}}, calls: [3]int{1, 0, 1}},
+		"a dry run: one read":                                        {n: node{dryRun: true}, allowed: true, calls: [3]int{0, 1, 0}, warnings: []string{"window 0/2"}},
+	}
+	for storeName, newStore := range windowStores(t) {
+		t.Run(storeName, func(t *testing.T) {
+			for name, tc := range cases {
+				t.Run(name, func(t *testing.T) {
+					store := &callCounter{Store: newStore(t)}
+					e := NewEngine(set, EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: storeName, Timeout: 5 * time.Second})})
+					n := tc.n
+					n.uid = "req-1"
+					d := e.Validate(context.Background(), n.input())
+					if d.Allowed != tc.allowed || store.calls() != tc.calls {
+						t.Fatalf("allowed=%v (%s) after %v store calls (takes, peeks, releases); want allowed=%v after %v", d.Allowed, d.Message, store.calls(), tc.allowed, tc.calls)
+					}
+					if tc.warnings != nil && !slices.Equal(d.Warnings, tc.warnings) {
+						t.Fatalf("warnings %q, want %q: the policies see the window before this change", d.Warnings, tc.warnings)
+					}
+					if st, _ := store.Peek(context.Background(), windowKey("r", &Window{Key: KeyUser}, Facts{User: "alice"}), window.Limit{Count: 2, Period: 10 * time.Second}); st.Count != tc.count {
+						t.Fatalf("the window counts %d afterwards, want %d", st.Count, tc.count)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestARefusedChangeWhoseSlotCannotBeGivenBack: when the store cannot take
+// the slot of a refused change back, the refusal stands, the decision log
+// says what happened, and the change counts until it leaves the window:
+// the requester has one slot less for one period, the limit holds.
+func TestARefusedChangeWhoseSlotCannotBeGivenBack(t *testing.T) {
+	set, err := Load(context.Background(), windowedSet("user", ""), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &callCounter{Store: window.NewMemoryStore(nil, window.MemoryOptions{}), failRelease: fmt.Errorf("connection reset by peer")}
+	const deadline = 10 * time.Millisecond
+	e := NewEngine(set, EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: "flaky", Timeout: deadline})})
+	d := e.Validate(context.Background(), node{uid: "refused", labels: map[string]string{"deny": "yes"}}.input())
+	if d.Allowed || d.Code != http.StatusForbidden {
+		t.Fatalf("decision %d %s, want the policies' 403", d.Code, d.Message)
+	}
+	if d.WindowStore == nil || !strings.Contains(d.WindowStore.Error, "could not be given back") || !strings.Contains(d.WindowStore.Error, "connection reset by peer") {
+		t.Fatalf("store report %+v, want the failed release for the decision log", d.WindowStore)
+	}
+	// The failure took the store down; the Guard asks it again once its
+	// deadline has passed.
+	store.failRelease = nil
+	time.Sleep(2 * deadline)
+	if d := e.Validate(context.Background(), node{uid: "second"}.input()); !d.Allowed || !slices.Equal(d.Warnings, []string{"window 1/2"}) {
+		t.Fatalf("the next change: %v %q; want admitted, the refused change still counted (window 1/2)", d.Allowed, d.Warnings)
+	}
+	if d := e.Validate(context.Background(), node{uid: "third"}.input()); d.Code != http.StatusTooManyRequests {
+		t.Fatalf("the third change: %d %s; want 429, the limit of 2 holding", d.Code, d.Message)
+	}
+}
+
+// TestConcurrentRequestsNeverExceedTheWindow sends one user's changes
+// from many goroutines through the engine, every other one refused by its
+// policies, against each store. Slots taken by refused changes are held
+// while their policies run and then given back: no more than the limit
+// are admitted, and the window afterwards counts exactly the admitted.
+func TestConcurrentRequestsNeverExceedTheWindow(t *testing.T) {
+	const limit = 20
+	fsys := windowedSet("user", "")
+	fsys["roles.yaml"] = &fstest.MapFile{Data: []byte(fmt.Sprintf("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    window: {limit: %d, period: 1h}\n    packages: [p]\n", limit))}
+	set, err := Load(context.Background(), fsys, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, newStore := range windowStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := newStore(t)
+			e := NewEngine(set, EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: name, Timeout: 5 * time.Second})})
+			var mu sync.Mutex
+			admitted, refusedByPolicy, tooMany := 0, 0, 0
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					for i := range 12 {
+						n := node{uid: fmt.Sprintf("g%d-%d", g, i)}
+						if i%2 == 1 {
+							n.labels = map[string]string{"deny": "yes"}
+						}
+						d := e.Validate(context.Background(), n.input())
+						mu.Lock()
+						switch {
+						case d.Allowed:
+							admitted++
+						case d.Code == http.StatusForbidden:
+							refusedByPolicy++
+						case d.Code == http.StatusTooManyRequests:
+							tooMany++
+						default:
+							t.Errorf("unexpected decision %d %s", d.Code, d.Message)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			st, err := store.Peek(context.Background(), windowKey("r", &Window{Key: KeyUser}, Facts{User: "alice"}), window.Limit{Count: limit, Period: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d admitted, %d refused by policy, %d refused with 429; the window counts %d", admitted, refusedByPolicy, tooMany, st.Count)
+			if admitted > limit || st.Count != admitted || refusedByPolicy+tooMany+admitted != 96 {
+				t.Fatalf("%d admitted and the window counts %d; want them equal and at most %d", admitted, st.Count, limit)
+			}
+			// Refused changes held their slots only while judged: the
+			// window fills to exactly its limit.
+			for i := 0; st.Count < limit; i++ {
+				if d := e.Validate(context.Background(), node{uid: fmt.Sprintf("after-%d", i)}.input()); !d.Allowed {
+					t.Fatalf("with %d of %d counted, a change was refused: %s", st.Count, limit, d.Message)
+				}
+				st.Count++
+			}
+			if d := e.Validate(context.Background(), node{uid: "one-too-many"}.input()); d.Code != http.StatusTooManyRequests {
+				t.Fatalf("the window admitted more than its limit: %d %s", d.Code, d.Message)
+			}
+		})
 	}
 }

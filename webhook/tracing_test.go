@@ -79,7 +79,7 @@ func attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 }
 
 // One realtime review records the whole path: the webhook's own steps, the
-// engine's (role, both window calls, the evaluation) and one span per
+// engine's (role, the window's one call, the evaluation) and one span per
 // policy package the validate query evaluates, each inside the evaluation
 // (qn.mutate.managedby has only patch rules: the validate path skips it).
 func TestOneReviewRecordsItsSpanTree(t *testing.T) {
@@ -97,7 +97,6 @@ func TestOneReviewRecordsItsSpanTree(t *testing.T) {
 		"admission.validate > policy evaluation",
 		"admission.validate > role",
 		"admission.validate > window",
-		"admission.validate > window",
 		"policy evaluation > policy qn.quantumnode",
 		"policy evaluation > policy qn.roles.realtime",
 		"policy evaluation > policy qn.window",
@@ -105,14 +104,21 @@ func TestOneReviewRecordsItsSpanTree(t *testing.T) {
 	if got := tree(spans); !slices.Equal(got, want) {
 		t.Fatalf("span tree:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	var root, eval sdktrace.ReadOnlySpan
+	var root, eval, win sdktrace.ReadOnlySpan
 	for _, s := range spans {
 		switch s.Name() {
 		case "admission.validate":
 			root = s
 		case "policy evaluation":
 			eval = s
+		case "window":
+			win = s
 		}
+	}
+	// The slot is taken before the policies run, and that one call
+	// answers the window they read.
+	if op, _ := attr(win, "qn.window.op"); op.AsString() != "take" || win.EndTime().After(eval.StartTime()) {
+		t.Errorf("the window span (op %q, ends %s) is not the take before the evaluation (starts %s)", op.AsString(), win.EndTime(), eval.StartTime())
 	}
 	for key, want := range map[string]string{"k8s.admission.uid": "42", "qn.role": "realtime", "qn.decision": "allowed", "k8s.admission.operation": "CREATE"} {
 		if v, ok := attr(root, key); !ok || v.String() != want {

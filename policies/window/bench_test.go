@@ -64,7 +64,8 @@ func BenchmarkTakeExistingKey(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
-				_, ok, err := s.Take(ctx, "user:alice", realtime, tc.uid(i))
+				tk, err := s.Take(ctx, "user:alice", realtime, tc.uid(i))
+				ok := tk.Admitted
 				if err != nil || ok != tc.want {
 					b.Fatalf("Take %d: admitted=%v err=%v, want admitted=%v", i, ok, err, tc.want)
 				}
@@ -92,7 +93,8 @@ func BenchmarkTakeParallelDistinctKeys(b *testing.B) {
 			keys[i] = fmt.Sprintf("user:g%d-%d", g, i)
 		}
 		for i := 0; pb.Next(); i++ {
-			_, ok, err := s.Take(ctx, keys[i&(keysPerGoroutine-1)], limit, u[i&(len(u)-1)])
+			tk, err := s.Take(ctx, keys[i&(keysPerGoroutine-1)], limit, u[i&(len(u)-1)])
+			ok := tk.Admitted
 			if err != nil || !ok {
 				b.Errorf("Take: admitted=%v err=%v", ok, err)
 				return
@@ -167,7 +169,7 @@ func BenchmarkRedisTake(b *testing.B) {
 			}
 			s, _ := redisBenchStore(b, clk)
 			for _, uid := range fill {
-				if _, _, err := s.Take(ctx, "rt/user/alice", realtime, uid); err != nil {
+				if _, err := s.Take(ctx, "rt/user/alice", realtime, uid); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -177,7 +179,8 @@ func BenchmarkRedisTake(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
-				_, ok, err := s.Take(ctx, tc.key(i), realtime, tc.uid(i))
+				tk, err := s.Take(ctx, tc.key(i), realtime, tc.uid(i))
+				ok := tk.Admitted
 				if len(lat) < cap(lat) {
 					lat = append(lat, time.Since(start))
 				}
@@ -212,7 +215,7 @@ func BenchmarkRedisTakeParallel(b *testing.B) {
 		g := goroutine.Add(1)
 		for i := 0; pb.Next(); i++ {
 			key := fmt.Sprintf("rt/user/g%d-%d", g, i%1024)
-			if _, _, err := s.Take(context.Background(), key, realtime, fmt.Sprintf("g%d-%d", g, i)); err != nil {
+			if _, err := s.Take(context.Background(), key, realtime, fmt.Sprintf("g%d-%d", g, i)); err != nil {
 				b.Error(err)
 				return
 			}

@@ -47,6 +47,8 @@ type Answer struct {
 	State State
 	// Admitted is Take's verdict; always false for Peek.
 	Admitted bool
+	// Receipt names the change Take recorded, for Release.
+	Receipt Receipt
 	// Fallback is set when the store failed and the caller asked to fail
 	// open: State and Admitted come from this replica's local window.
 	Fallback bool
@@ -127,9 +129,9 @@ func NewGuard(store Store, opts GuardOptions) *Guard {
 func (g *Guard) Timeout() time.Duration { return g.timeout }
 
 // Take implements Store, failing closed.
-func (g *Guard) Take(ctx context.Context, key string, limit Limit, uid string) (State, bool, error) {
+func (g *Guard) Take(ctx context.Context, key string, limit Limit, uid string) (Taken, error) {
 	a, err := g.TakeWith(ctx, FailClosed, key, limit, uid)
-	return a.State, a.Admitted, err
+	return Taken{State: a.State, Admitted: a.Admitted, Receipt: a.Receipt}, err
 }
 
 // Peek implements Store, failing closed.
@@ -147,8 +149,8 @@ func (g *Guard) TakeWith(ctx context.Context, onErr OnStoreError, key string, li
 	}
 	var a Answer
 	a.Latency, a.StoreErr = g.call(ctx, "take", func(ctx context.Context) error {
-		var err error
-		a.State, a.Admitted, err = g.store.Take(ctx, key, limit, uid)
+		t, err := g.store.Take(ctx, key, limit, uid)
+		a.State, a.Admitted, a.Receipt = t.State, t.Admitted, t.Receipt
 		return err
 	})
 	if a.StoreErr == nil {
@@ -157,13 +159,32 @@ func (g *Guard) TakeWith(ctx context.Context, onErr OnStoreError, key string, li
 	if onErr != FailOpen || ctx.Err() != nil {
 		return a, a.StoreErr
 	}
-	st, ok, err := g.local.Take(ctx, key, limit, uid)
+	t, err := g.local.Take(ctx, key, limit, uid)
 	if err != nil {
 		return a, err
 	}
 	g.fellBack("take")
-	a.State, a.Admitted, a.Fallback = st, ok, true
+	a.State, a.Admitted, a.Receipt, a.Fallback = t.State, t.Admitted, t.Receipt, true
+	a.Receipt.local = true
 	return a, nil
+}
+
+// Release implements Store and Counter: it gives r back to the window that
+// recorded it, the local one for a change counted while the store was
+// down. A store that cannot answer keeps the change counted until it
+// leaves the window: the requester loses that slot for one period, and the
+// limit is never exceeded. The error wraps ErrStoreUnavailable then.
+func (g *Guard) Release(ctx context.Context, key string, r Receipt) error {
+	if !r.recorded {
+		return nil
+	}
+	if r.local {
+		return g.local.Release(ctx, key, r)
+	}
+	_, err := g.call(ctx, "release", func(ctx context.Context) error {
+		return g.store.Release(ctx, key, r)
+	})
+	return err
 }
 
 // PeekWith is Store.Peek under a deadline, failing as onErr says (see

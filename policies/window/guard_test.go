@@ -26,9 +26,11 @@ func (f funcStore) Peek(ctx context.Context, key string, limit Limit) (State, er
 	return State{Limit: limit.Count, Period: limit.Period, Remaining: limit.Count}, f.take(ctx)
 }
 
-func (f funcStore) Take(ctx context.Context, key string, limit Limit, uid string) (State, bool, error) {
-	return State{Count: 1, Limit: limit.Count, Period: limit.Period, Remaining: limit.Count - 1}, true, f.take(ctx)
+func (f funcStore) Take(ctx context.Context, key string, limit Limit, uid string) (Taken, error) {
+	return Taken{State: State{Count: 1, Limit: limit.Count, Period: limit.Period, Remaining: limit.Count - 1}, Admitted: true}, f.take(ctx)
 }
+
+func (f funcStore) Release(ctx context.Context, key string, r Receipt) error { return f.take(ctx) }
 
 var errRefused = errors.New("connection refused")
 
@@ -47,7 +49,7 @@ func TestGuardTakesTheStoreDownAfterAFailureAndProbesOncePerTimeout(t *testing.T
 	ctx := context.Background()
 	l := Limit{Count: 2, Period: time.Minute}
 
-	_, _, err := g.Take(ctx, "k", l, "u1")
+	_, err := g.Take(ctx, "k", l, "u1")
 	if !errors.Is(err, ErrStoreUnavailable) || !errors.Is(err, errRefused) || calls.Load() != 1 {
 		t.Fatalf("first Take: err=%v after %d store calls, want ErrStoreUnavailable wrapping the refusal", err, calls.Load())
 	}
@@ -56,7 +58,7 @@ func TestGuardTakesTheStoreDownAfterAFailureAndProbesOncePerTimeout(t *testing.T
 	}
 	// Down: the next calls fail at once without reaching the store.
 	for range 5 {
-		_, _, err := g.Take(ctx, "k", l, "u2")
+		_, err := g.Take(ctx, "k", l, "u2")
 		if !errors.Is(err, ErrStoreUnavailable) || !strings.Contains(err.Error(), "down since") {
 			t.Fatalf("Take while down: %v, want a fast failure saying since when", err)
 		}
@@ -76,8 +78,8 @@ func TestGuardTakesTheStoreDownAfterAFailureAndProbesOncePerTimeout(t *testing.T
 	failing.Store(false)
 	time.Sleep(60 * time.Millisecond)
 	for i := range 3 {
-		if _, ok, err := g.Take(ctx, "k", l, fmt.Sprint(i)); err != nil || !ok {
-			t.Fatalf("Take after the store returned: %v %v", ok, err)
+		if tk, err := g.Take(ctx, "k", l, fmt.Sprint(i)); err != nil || !tk.Admitted {
+			t.Fatalf("Take after the store returned: %v %v", tk.Admitted, err)
 		}
 	}
 	if calls.Load() != 5 || !g.Status().Up {
@@ -118,7 +120,7 @@ func TestGuardAllowsOneProbeAtATime(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	for range 8 {
 		wg.Go(func() {
-			if _, _, err := g.Take(context.Background(), "k", l, ""); errors.Is(err, ErrStoreUnavailable) {
+			if _, err := g.Take(context.Background(), "k", l, ""); errors.Is(err, ErrStoreUnavailable) {
 				fast.Add(1)
 			}
 		})
@@ -168,7 +170,7 @@ func TestGuardLeavesCallerMistakesAndCancellationsAlone(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}}, GuardOptions{Timeout: time.Second})
-	if _, _, err := g.Take(context.Background(), "k", Limit{}, "u"); !errors.Is(err, ErrInvalidLimit) || calls.Load() != 0 {
+	if _, err := g.Take(context.Background(), "k", Limit{}, "u"); !errors.Is(err, ErrInvalidLimit) || calls.Load() != 0 {
 		t.Fatalf("invalid limit: %v after %d store calls, want ErrInvalidLimit and no call", err, calls.Load())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
@@ -315,5 +317,73 @@ func TestGuardThroughRedisOutages(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGuardGivesASlotBackWhereItWasCounted: a change counted in the local
+// window while the store was down is given back there, not to the store.
+func TestGuardGivesASlotBackWhereItWasCounted(t *testing.T) {
+	var storeCalls atomic.Int64
+	g := NewGuard(funcStore{take: func(context.Context) error { storeCalls.Add(1); return errRefused }}, GuardOptions{Name: "fake"})
+	ctx := context.Background()
+	l := Limit{Count: 1, Period: time.Minute}
+	a, err := g.TakeWith(ctx, FailOpen, "k", l, "u1")
+	if err != nil || !a.Fallback || !a.Receipt.Recorded() {
+		t.Fatalf("Take failing open: %+v %v, want a change recorded in the local window", a, err)
+	}
+	calls := storeCalls.Load()
+	if err := g.Release(ctx, "k", a.Receipt); err != nil {
+		t.Fatalf("Release of a local change: %v", err)
+	}
+	if storeCalls.Load() != calls {
+		t.Fatal("a change counted locally was given back to the store")
+	}
+	if a, _ := g.TakeWith(ctx, FailOpen, "k", l, "u2"); !a.Admitted {
+		t.Fatalf("the local window of one is still full after its change was given back: %+v", a)
+	}
+	if err := g.Release(ctx, "k", Receipt{}); err != nil || storeCalls.Load() != calls {
+		t.Fatalf("releasing nothing: %v, %d store calls", err, storeCalls.Load()-calls)
+	}
+}
+
+// TestGuardReleaseWhileRedisStalls: a slot taken in Redis cannot be given
+// back while Redis does not answer. The Release fails within the deadline
+// with ErrStoreUnavailable and the change stays counted: the requester
+// loses that slot for one period, and the limit is never exceeded.
+func TestGuardReleaseWhileRedisStalls(t *testing.T) {
+	srv := redistest.Start(t)
+	const deadline = 100 * time.Millisecond
+	g := NewGuard(NewRedisStore(redisClient(t, srv), RedisOptions{}), GuardOptions{Name: "redis", Timeout: deadline})
+	ctx := context.Background()
+	l := Limit{Count: 2, Period: time.Minute}
+	a, err := g.TakeWith(ctx, FailClosed, "rt/user/alice", l, "refused-by-policy")
+	if err != nil || !a.Receipt.Recorded() {
+		t.Fatalf("Take: %+v %v", a, err)
+	}
+	srv.Pause()
+	start := time.Now()
+	err = g.Release(ctx, "rt/user/alice", a.Receipt)
+	took := time.Since(start)
+	srv.Resume()
+	if !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("Release while Redis stalls: %v, want ErrStoreUnavailable", err)
+	}
+	if took > deadline+500*time.Millisecond {
+		t.Fatalf("Release waited %s; the deadline is %s", took, deadline)
+	}
+	// The Guard probes the store again once per deadline.
+	var st State
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(deadline) {
+		a, err := g.PeekWith(ctx, FailClosed, "rt/user/alice", l)
+		if err == nil {
+			st = a.State
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("Redis does not answer after it resumed: %v", err)
+		}
+	}
+	if st.Count != 1 {
+		t.Fatalf("after a failed release the window counts %d, want the change still counted (1)", st.Count)
 	}
 }

@@ -2,14 +2,24 @@ package window
 
 import "time"
 
-// entry is one recorded change: 16 bytes. Only the uid's 64-bit hash is
-// kept (seeded per store), not the uid: at 100,000 entries the strings were
+// entry is one recorded change: 16 bytes. Only the uid's hash is kept
+// (seeded per store), not the uid: at 100,000 entries the strings were
 // most of the process's heap, while the chance that a new change passes for
-// a retry by a hash collision is about one in 10^14 per check.
+// a retry by a hash collision is about one in 10^14 per check. The hash's
+// lowest bit is not part of it: it says a retry was admitted on the
+// strength of this change, so Release must keep it (retriedBit).
 type entry struct {
 	at      int64 // nanoseconds since the store's base time
 	uidHash uint64
 }
+
+// retriedBit marks an entry a retry of its uid relied on.
+const retriedBit = 1
+
+// uidHashOf is the hash an entry keeps for a uid: its lowest bit clear.
+func uidHashOf(h uint64) uint64 { return h &^ retriedBit }
+
+func (e entry) is(uidHash uint64) bool { return e.uidHash&^retriedBit == uidHash }
 
 // keyLog is one key's sliding log: a ring buffer of its entries, oldest at
 // head, in non-decreasing time order. It holds at most Limit.Count entries,
@@ -115,26 +125,63 @@ func (k *keyLog) resize(size int) {
 	k.entries, k.head = e, 0
 }
 
-// holds reports whether a counted entry carries uid, newest first since an
-// apiserver retry follows its first attempt closely.
-func (k *keyLog) holds(uidHash uint64) bool {
+// retry reports whether a counted entry carries uid, newest first since
+// an apiserver retry follows its first attempt closely, and marks it: the
+// retry is admitted on the strength of that entry, so it must stay counted
+// even if the request that recorded it gives its slot back.
+func (k *keyLog) retry(uidHash uint64) bool {
 	for i := k.n - 1; i >= 0; i-- {
 		j := k.head + i
 		if j >= len(k.entries) {
 			j -= len(k.entries)
 		}
-		if k.entries[j].uidHash == uidHash {
+		if k.entries[j].is(uidHash) {
+			k.entries[j].uidHash |= retriedBit
 			return true
 		}
 	}
 	return false
 }
 
-// push records e; the caller has checked that fewer than count entries are
-// held. A time earlier than the newest entry (only a wall clock without a
-// monotonic reading can step back) is recorded at the newest time instead,
-// which keeps the log ordered and errs towards counting the change longer.
-func (k *keyLog) push(e entry, count int) {
+// release removes the entry recorded at at for uidHash, unless a retry
+// relied on it, and reports whether it did. Entries after it move up one
+// place, so the log stays in time order.
+func (k *keyLog) release(at int64, uidHash uint64) bool {
+	for i := k.n - 1; i >= 0; i-- {
+		e := k.entries[k.index(i)]
+		if e.at < at {
+			return false
+		}
+		if e.at != at || e.uidHash != uidHash {
+			continue
+		}
+		for ; i < k.n-1; i++ {
+			k.entries[k.index(i)] = k.entries[k.index(i+1)]
+		}
+		k.entries[k.index(k.n-1)] = entry{}
+		k.n--
+		if k.n == 0 {
+			k.head = 0
+		}
+		return true
+	}
+	return false
+}
+
+func (k *keyLog) index(i int) int {
+	j := k.head + i
+	if j >= len(k.entries) {
+		j -= len(k.entries)
+	}
+	return j
+}
+
+// push records e and returns the time it was recorded at; the caller has
+// checked that fewer than count entries are held. A time earlier than the
+// newest entry (only a wall clock without a monotonic reading can step
+// back) is recorded at the newest time instead, which keeps the log
+// ordered and errs towards counting the change longer.
+func (k *keyLog) push(e entry, count int) int64 {
 	if k.n > 0 && e.at < k.newest() {
 		e.at = k.newest()
 	}
@@ -143,12 +190,9 @@ func (k *keyLog) push(e entry, count int) {
 		// 144-byte ring rather than 256, and growing stops at count.
 		k.resize(min(max(len(k.entries)+len(k.entries)/2, minEntries), count))
 	}
-	j := k.head + k.n
-	if j >= len(k.entries) {
-		j -= len(k.entries)
-	}
-	k.entries[j] = e
+	k.entries[k.index(k.n)] = e
 	k.n++
+	return e.at
 }
 
 // idle reports whether nothing of this key is inside its window any more,

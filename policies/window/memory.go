@@ -205,16 +205,16 @@ func (s *MemoryStore) Peek(ctx context.Context, key string, limit Limit) (State,
 
 // Take implements Store. A canceled ctx takes no slot, as a shared store
 // would not either.
-func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid string) (State, bool, error) {
+func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid string) (Taken, error) {
 	if err := limit.Validate(); err != nil {
-		return State{}, false, err
+		return Taken{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return State{}, false, fmt.Errorf("take a slot in rate window %q: %w", key, err)
+		return Taken{}, fmt.Errorf("take a slot in rate window %q: %w", key, err)
 	}
 	var uidHash uint64
 	if uid != "" {
-		uidHash = maphash.String(s.seed, uid)
+		uidHash = uidHashOf(maphash.String(s.seed, uid))
 	}
 	id, sh := s.lookup(key)
 	sh.mu.Lock()
@@ -242,21 +242,37 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limit Limit, uid str
 
 	k.drop(k.counted(now, limit))
 	k.fit(limit.Count)
-	if uid != "" && k.holds(uidHash) {
-		return k.state(now, limit, 0), true, nil
+	if uid != "" && k.retry(uidHash) {
+		return Taken{State: k.state(now, limit, 0), Admitted: true}, nil
 	}
 	if k.n >= limit.Count {
-		return k.state(now, limit, 0), false, nil
+		return Taken{State: k.state(now, limit, 0)}, nil
 	}
-	k.push(entry{at: now, uidHash: uidHash}, limit.Count)
-	return k.state(now, limit, 0), true, nil
+	at := k.push(entry{at: now, uidHash: uidHash}, limit.Count)
+	r := Receipt{recorded: true, at: at, uidHash: uidHash}
+	return Taken{State: k.state(now, limit, 0), Admitted: true, Receipt: r}, nil
+}
+
+// Release implements Store. It cannot fail: a key evicted since, or a
+// change that has left the window, releases nothing.
+func (s *MemoryStore) Release(_ context.Context, key string, r Receipt) error {
+	if !r.recorded {
+		return nil
+	}
+	id, sh := s.lookup(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if k := sh.keys[id]; k != nil {
+		k.release(r.at, r.uidHash)
+	}
+	return nil
 }
 
 // TakeWith implements Counter: the window is in this process and cannot
 // fail to answer, so onErr never applies.
 func (s *MemoryStore) TakeWith(ctx context.Context, _ OnStoreError, key string, limit Limit, uid string) (Answer, error) {
-	st, ok, err := s.Take(ctx, key, limit, uid)
-	return Answer{State: st, Admitted: ok}, err
+	t, err := s.Take(ctx, key, limit, uid)
+	return Answer{State: t.State, Admitted: t.Admitted, Receipt: t.Receipt}, err
 }
 
 // PeekWith implements Counter, as TakeWith.

@@ -28,11 +28,11 @@ func newStore(opts MemoryOptions) (*MemoryStore, *clocktesting.FakeClock) {
 
 func take(t testing.TB, s Store, key string, l Limit, uid string) (State, bool) {
 	t.Helper()
-	st, ok, err := s.Take(context.Background(), key, l, uid)
+	tk, err := s.Take(context.Background(), key, l, uid)
 	if err != nil {
 		t.Fatalf("Take(%q, %v, %q): %v", key, l, uid, err)
 	}
-	return st, ok
+	return tk.State, tk.Admitted
 }
 
 func peek(t testing.TB, s Store, key string, l Limit) State {
@@ -122,13 +122,17 @@ func TestRealtimeWindowFreesOneSlotWhenTheOldestChangeLeaves(t *testing.T) {
 }
 
 // step is one call in a scenario: set the clock to t0+at, then Take (or
-// Peek) and compare. Scenarios read as a timeline.
+// Peek, or Release) and compare. Scenarios read as a timeline.
 type step struct {
 	at    time.Duration
 	key   string // "alice" when empty
 	limit Limit  // the scenario's limit when zero
 	uid   string // a fresh uid when empty; "-" for the empty uid
 	peek  bool
+	// release gives back the Receipt of the latest Take of uid under key
+	// (the zero Receipt when that Take recorded nothing); want is then
+	// the state a Peek sees after it.
+	release bool
 	// n Takes are made (1 when 0); each must be admitted as admitted says,
 	// and want is the state after the last.
 	n        int
@@ -152,6 +156,7 @@ func (sc scenario) runOn(t *testing.T, sut storeUnderTest) {
 	t.Helper()
 	s, clk := sut.new(t)
 	fresh := 0
+	receipts := map[[2]string]Receipt{}
 	for i, st := range sc.steps {
 		clk.SetTime(t0.Add(st.at))
 		key, limit := st.key, st.limit
@@ -161,7 +166,12 @@ func (sc scenario) runOn(t *testing.T, sut storeUnderTest) {
 		if limit == (Limit{}) {
 			limit = sc.limit
 		}
-		if st.peek {
+		if st.release {
+			if err := s.Release(context.Background(), key, receipts[[2]string{key, st.uid}]); err != nil {
+				t.Fatalf("step %d (Release %s uid %q): %v", i, key, st.uid, err)
+			}
+		}
+		if st.peek || st.release {
 			if got := peek(t, s, key, limit); got != st.want {
 				t.Fatalf("step %d (Peek %s at +%s): %+v, want %+v", i, key, st.at, got, st.want)
 			}
@@ -177,8 +187,16 @@ func (sc scenario) runOn(t *testing.T, sut storeUnderTest) {
 			case "-":
 				uid = ""
 			}
-			var ok bool
-			got, ok = take(t, s, key, limit, uid)
+			tk, err := s.Take(context.Background(), key, limit, uid)
+			if err != nil {
+				t.Fatalf("step %d: Take(%q, %v, %q): %v", i, key, limit, uid, err)
+			}
+			if tk.Receipt.Recorded() && (!tk.Admitted || tk.Before().Count != tk.State.Count-1) {
+				t.Fatalf("step %d: a recorded change must be admitted and counted: %+v, before %+v", i, tk, tk.Before())
+			}
+			receipts[[2]string{key, st.uid}] = tk.Receipt
+			got = tk.State
+			ok := tk.Admitted
 			if ok != st.admitted {
 				t.Fatalf("step %d (Take %d/%d %s uid %q at +%s, %v): admitted=%v, want %v (%+v)",
 					i, j+1, max(st.n, 1), key, uid, st.at, limit, ok, st.admitted, got)
@@ -647,7 +665,8 @@ func TestConcurrentTakes(t *testing.T) {
 				for g := range tc.goroutines {
 					wg.Go(func() {
 						for i := range tc.each {
-							_, ok, err := s.Take(context.Background(), "alice", realtime, tc.uid(g, i))
+							tk, err := s.Take(context.Background(), "alice", realtime, tc.uid(g, i))
+							ok := tk.Admitted
 							if err != nil {
 								t.Error(err)
 							}
@@ -679,7 +698,7 @@ func TestConcurrentUseKeepsEveryBound(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 {
 				ctx, key := context.Background(), fmt.Sprintf("k%d", (g*7919+i)%1000)
-				if _, _, err := s.Take(ctx, key, l, fmt.Sprintf("%d-%d", g, i%5)); err != nil {
+				if _, err := s.Take(ctx, key, l, fmt.Sprintf("%d-%d", g, i%5)); err != nil {
 					t.Error(err)
 				}
 				if i%10 == 0 {
@@ -722,7 +741,8 @@ func TestInvalidLimitsAreErrors(t *testing.T) {
 		for name, tc := range cases {
 			t.Run(name, func(t *testing.T) {
 				s, _ := sut.new(t)
-				_, ok, err := s.Take(context.Background(), "alice", tc.limit, "u")
+				tk, err := s.Take(context.Background(), "alice", tc.limit, "u")
+				ok := tk.Admitted
 				if ok || !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), tc.inMsg) {
 					t.Fatalf("Take: admitted=%v err=%v, want ErrInvalidLimit saying %q", ok, err, tc.inMsg)
 				}
@@ -742,8 +762,8 @@ func TestCanceledContextTakesNoSlot(t *testing.T) {
 		s, _ := sut.new(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, ok, err := s.Take(ctx, "alice", realtime, "u"); ok || !errors.Is(err, context.Canceled) {
-			t.Fatalf("Take with a canceled context: admitted=%v err=%v, want context.Canceled", ok, err)
+		if tk, err := s.Take(ctx, "alice", realtime, "u"); tk.Admitted || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Take with a canceled context: admitted=%v err=%v, want context.Canceled", tk.Admitted, err)
 		}
 		if _, err := s.Peek(ctx, "alice", realtime); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Peek with a canceled context: err=%v, want context.Canceled", err)

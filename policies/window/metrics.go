@@ -20,7 +20,7 @@ func NewStoreMetrics(reg prometheus.Registerer) *StoreMetrics {
 	m := &StoreMetrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "qn_window_store_duration_seconds",
-			Help: "Time of one call to the rate window store (take or peek) that reached it, failed calls included.",
+			Help: "Time of one call to the rate window store (take, peek or release) that reached it, failed calls included.",
 			// From a loopback Redis (~100 µs) to the deadline (250 ms
 			// by default) and past it.
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},

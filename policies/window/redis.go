@@ -29,11 +29,14 @@ var (
 	takeSource string
 	//go:embed peek.lua
 	peekSource string
+	//go:embed release.lua
+	releaseSource string
 
 	// Run sends EVALSHA and falls back to EVAL (which caches the script)
 	// when the server does not know it yet, e.g. after a restart.
-	takeScript = redis.NewScript(takeSource)
-	peekScript = redis.NewScript(peekSource)
+	takeScript    = redis.NewScript(takeSource)
+	peekScript    = redis.NewScript(peekSource)
+	releaseScript = redis.NewScript(releaseSource)
 )
 
 // RedisOptions tunes a RedisStore. The zero value is ready to use.
@@ -93,18 +96,12 @@ func NewRedisStore(client redis.Scripter, opts RedisOptions) *RedisStore {
 	return &RedisStore{client: client, prefix: prefix, clk: opts.Clock}
 }
 
-// Take implements Store in one round trip.
-func (s *RedisStore) Take(ctx context.Context, key string, limit Limit, uid string) (State, bool, error) {
-	st, ok, _, err := s.take(ctx, key, limit, uid)
-	return st, ok, err
-}
-
-// take is Take that also returns when, in the store's clock (µs since the
-// Unix epoch), a new change was recorded, or 0 when none was (a denial or a
-// retry): tests check the sliding-log bound on those times.
-func (s *RedisStore) take(ctx context.Context, key string, limit Limit, uid string) (State, bool, int64, error) {
+// Take implements Store in one round trip. The Receipt's time is when,
+// in the store's clock (µs since the Unix epoch), the change was recorded:
+// tests check the sliding-log bound on those times.
+func (s *RedisStore) Take(ctx context.Context, key string, limit Limit, uid string) (Taken, error) {
 	if err := limit.Validate(); err != nil {
-		return State{}, false, 0, err
+		return Taken{}, err
 	}
 	id, isUID := changeID(uid)
 	r, err := takeScript.Run(ctx, s.client, []string{s.redisKey(key)},
@@ -113,9 +110,25 @@ func (s *RedisStore) take(ctx context.Context, key string, limit Limit, uid stri
 		err = fmt.Errorf("the script answered %d values, want 4", len(r))
 	}
 	if err != nil {
-		return State{}, false, 0, fmt.Errorf("take a slot in rate window %q: %w", key, err)
+		return Taken{}, fmt.Errorf("take a slot in rate window %q: %w", key, err)
 	}
-	return stateOf(limit, r[1], r[2]), r[0] == 1, r[3], nil
+	t := Taken{State: stateOf(limit, r[1], r[2]), Admitted: r[0] == 1}
+	if r[3] != 0 {
+		t.Receipt = Receipt{recorded: true, at: r[3], member: id}
+	}
+	return t, nil
+}
+
+// Release implements Store in one round trip.
+func (s *RedisStore) Release(ctx context.Context, key string, r Receipt) error {
+	if !r.recorded {
+		return nil
+	}
+	err := releaseScript.Run(ctx, s.client, []string{s.redisKey(key)}, r.member, r.at).Err()
+	if err != nil {
+		return fmt.Errorf("give back a slot of rate window %q: %w", key, err)
+	}
+	return nil
 }
 
 // Peek implements Store: a read-only script, one round trip.
@@ -134,11 +147,11 @@ func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (State, 
 	return stateOf(limit, r[1], r[2]), nil
 }
 
-// Load sends both scripts to the server (SCRIPT LOAD), so that the first
+// Load sends the scripts to the server (SCRIPT LOAD), so that the first
 // requests do not each pay an EVAL of the whole script; call it at start.
 // A server restarted later gets them back through Run's EVAL fallback.
 func (s *RedisStore) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{takeScript, peekScript} {
+	for _, sc := range []*redis.Script{takeScript, peekScript, releaseScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("load the rate window scripts into Redis: %w", err)
 		}

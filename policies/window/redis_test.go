@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -160,8 +161,9 @@ func TestRedisMemoryPerKey(t *testing.T) {
 }
 
 // TestRedisAnswersLikeMemory replays one random history (takes, retries,
-// peeks, limit changes on reload, many keys, time moving forward in whole
-// microseconds) against both stores: every answer must be identical.
+// releases, peeks, limit changes on reload, many keys, time moving forward
+// in whole microseconds) against both stores: every answer must be
+// identical.
 func TestRedisAnswersLikeMemory(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	rs, _ := newRedisStore(t, clk)
@@ -175,6 +177,12 @@ func TestRedisAnswersLikeMemory(t *testing.T) {
 		{Count: 4, Period: 3 * time.Second},
 	}
 	uids := []string{""}
+	// Receipts of recorded changes, each store's, to give back later.
+	type taken struct {
+		key           string
+		memory, redis Receipt
+	}
+	var recorded []taken
 	ctx := context.Background()
 	for i := range 3000 {
 		// Steps of 1 µs to 300 ms. Never 0: among changes recorded in one
@@ -190,6 +198,19 @@ func TestRedisAnswersLikeMemory(t *testing.T) {
 		limit := limits[0]
 		if rng.IntN(10) == 0 { // a reload changed the role's window
 			limit = limits[rng.IntN(len(limits))]
+		}
+		if rng.IntN(8) == 0 && len(recorded) > 0 {
+			// The policies refused a change: give its slot back, maybe
+			// long after (it may have left, or been retried since).
+			tk := recorded[len(recorded)-1-rng.IntN(min(len(recorded), 4))]
+			err1 := ms.Release(ctx, tk.key, tk.memory)
+			err2 := rs.Release(ctx, tk.key, tk.redis)
+			want, err3 := ms.Peek(ctx, tk.key, limit)
+			got, err4 := rs.Peek(ctx, tk.key, limit)
+			if err := errors.Join(err1, err2, err3, err4); err != nil || got != want {
+				t.Fatalf("op %d Release(%s) then Peek: redis %+v, memory %+v, %v", i, tk.key, got, want, err)
+			}
+			continue
 		}
 		if rng.IntN(5) == 0 {
 			want, err1 := ms.Peek(ctx, key, limit)
@@ -207,11 +228,15 @@ func TestRedisAnswersLikeMemory(t *testing.T) {
 			uid = ""
 		}
 		uids = append(uids, uid)
-		want, wantOK, err1 := ms.Take(ctx, key, limit, uid)
-		got, gotOK, err2 := rs.Take(ctx, key, limit, uid)
-		if err1 != nil || err2 != nil || got != want || gotOK != wantOK {
+		wantTk, err1 := ms.Take(ctx, key, limit, uid)
+		gotTk, err2 := rs.Take(ctx, key, limit, uid)
+		want, wantOK, got, gotOK := wantTk.State, wantTk.Admitted, gotTk.State, gotTk.Admitted
+		if err1 != nil || err2 != nil || got != want || gotOK != wantOK || gotTk.Receipt.Recorded() != wantTk.Receipt.Recorded() {
 			t.Fatalf("op %d Take(%s, %v, %q) at +%s: redis %v %+v %v, memory %v %+v %v",
 				i, key, limit, uid, clk.Since(t0), gotOK, got, err2, wantOK, want, err1)
+		}
+		if wantTk.Receipt.Recorded() {
+			recorded = append(recorded, taken{key, wantTk.Receipt, gotTk.Receipt})
 		}
 	}
 }
@@ -238,7 +263,8 @@ func TestRedisWindowEdgesUnderConcurrency(t *testing.T) {
 				for i := 0; time.Now().Before(stop); i++ {
 					// Every third request is a retry of the one before.
 					uid := fmt.Sprintf("r%d-w%d-%d", r, w, i-i%3/2)
-					st, ok, at, err := s.take(context.Background(), "rt/user/alice", l, uid)
+					tk, err := s.Take(context.Background(), "rt/user/alice", l, uid)
+					st, ok, at := tk.State, tk.Admitted, tk.Receipt.at
 					if err != nil {
 						t.Error(err)
 						return

@@ -61,8 +61,8 @@ func TestRedisPasswordFileIsReadOnEveryNewConnection(t *testing.T) {
 	defer c.Close()
 	s := NewRedisStore(c, RedisOptions{})
 	l := Limit{Count: 5, Period: time.Minute}
-	if _, ok, err := s.Take(ctx, "rt/user/alice", l, "u1"); err != nil || !ok {
-		t.Fatalf("Take with the password from the file: %v %v", ok, err)
+	if tk, err := s.Take(ctx, "rt/user/alice", l, "u1"); err != nil || !tk.Admitted {
+		t.Fatalf("Take with the password from the file: %v %v", tk.Admitted, err)
 	}
 
 	// The Secret rotates: Redis takes the new password, the file follows,
@@ -76,7 +76,7 @@ func TestRedisPasswordFileIsReadOnEveryNewConnection(t *testing.T) {
 	}
 	var okAfter bool
 	for range 3 { // the first call may find its pooled connection closed
-		if _, ok, err := s.Take(ctx, "rt/user/alice", l, "u2"); err == nil && ok {
+		if tk, err := s.Take(ctx, "rt/user/alice", l, "u2"); err == nil && tk.Admitted {
 			okAfter = true
 			break
 		}
@@ -91,7 +91,7 @@ func TestRedisPasswordFileIsReadOnEveryNewConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	_, _, err = NewRedisStore(c2, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u3")
+	_, err = NewRedisStore(c2, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u3")
 	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("Take with a wrong password: %v, want Redis's WRONGPASS", err)
 	}
@@ -107,8 +107,8 @@ func TestRedisOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, ok, err := NewRedisStore(c, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u1"); err != nil || !ok {
-		t.Fatalf("Take over TLS: %v %v", ok, err)
+	if tk, err := NewRedisStore(c, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u1"); err != nil || !tk.Admitted {
+		t.Fatalf("Take over TLS: %v %v", tk.Admitted, err)
 	}
 
 	// Without the CA, the self-signed server is not trusted.
@@ -117,7 +117,7 @@ func TestRedisOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer untrusting.Close()
-	if _, _, err := NewRedisStore(untrusting, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u2"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := NewRedisStore(untrusting, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u2"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("Take over TLS without the CA: %v, want a certificate error", err)
 	}
 	// Plain text to a TLS port gets no answer, not a count.
@@ -126,7 +126,7 @@ func TestRedisOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if _, _, err := NewRedisStore(plain, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u3"); err == nil {
+	if _, err := NewRedisStore(plain, RedisOptions{}).Take(ctx, "rt/user/alice", l, "u3"); err == nil {
 		t.Fatal("a plain-text Take to a TLS-only Redis succeeded")
 	}
 }

@@ -1,8 +1,10 @@
 -- take.lua: one atomic check-and-add on a window's sliding log; the same
 -- rules as the in-process MemoryStore (see window.go and redis.go).
 --
--- KEYS[1]  the window's sorted set: member = an 8-byte change id,
---          score = when the change was recorded, in microseconds
+-- KEYS[1]  the window's sorted set: member = an 8-byte change id (9 bytes,
+--          the id and "+", once a retry was admitted on the strength of
+--          the change, so release.lua keeps it), score = when the change
+--          was recorded, in microseconds
 -- ARGV[1]  Limit.Count
 -- ARGV[2]  Limit.Period in microseconds
 -- ARGV[3]  the change id: a hash of the request uid, or random bytes
@@ -35,8 +37,17 @@ if n > limit then
 end
 
 local admitted, recorded = 0, 0
-if ARGV[4] == '1' and redis.call('ZSCORE', key, ARGV[3]) then
-  admitted = 1 -- a retry of a change already counted takes no slot
+local retried = ARGV[4] == '1' and ARGV[3] .. '+'
+local found = ARGV[4] == '1' and redis.call('ZSCORE', key, ARGV[3])
+if found then
+  -- A retry of a change already counted takes no slot; from now on the
+  -- change stays counted even if the request that recorded it gives its
+  -- slot back.
+  redis.call('ZADD', key, found, retried)
+  redis.call('ZREM', key, ARGV[3])
+  admitted = 1
+elseif retried and redis.call('ZSCORE', key, retried) then
+  admitted = 1
 elseif n < limit then
   -- A server clock that stepped back records at the newest time instead,
   -- which keeps the log ordered and counts the change a little longer.

@@ -84,17 +84,69 @@ func (s State) Full() bool { return s.Remaining == 0 }
 // entries trimmed in between are not restored.
 type Store interface {
 	// Peek reports key's window now without taking a slot and without
-	// changing anything; dry-run requests and the policy input use it.
+	// changing anything; dry-run requests use it.
 	Peek(ctx context.Context, key string, limit Limit) (State, error)
 	// Take atomically checks and adds: if the window has room, it records
-	// one change at now and returns admitted=true with the state after
-	// adding. If uid already took a slot for this key inside the current
-	// window, it is admitted again without taking another slot, because the
-	// apiserver reuses the request uid when it retries a webhook call; an
-	// empty uid is never a retry. When the window is full, admitted=false
-	// and State.RetryAfter says when a slot frees.
-	Take(ctx context.Context, key string, limit Limit, uid string) (State, bool, error)
+	// one change at now and answers Admitted with the state after adding
+	// and the Receipt of the change. If uid already took a slot for this
+	// key inside the current window, it is admitted again without taking
+	// another slot (and without a Receipt), because the apiserver reuses
+	// the request uid when it retries a webhook call; an empty uid is never
+	// a retry. When the window is full, Admitted is false and
+	// State.RetryAfter says when a slot frees.
+	Take(ctx context.Context, key string, limit Limit, uid string) (Taken, error)
+	// Release gives back the slot of a change Take recorded, when the
+	// request it was taken for is not admitted after all (its policies
+	// refused it). It removes that change only if nothing else relies on
+	// it: once a retry of the same uid was admitted on the strength of the
+	// change, Release keeps it, so an admitted change is always counted. A
+	// zero Receipt, or a change that has left the window, releases nothing.
+	Release(ctx context.Context, key string, r Receipt) error
 }
+
+// Taken is what Take answers.
+type Taken struct {
+	// State is the window after the call.
+	State State
+	// Admitted is true when the change may go ahead: a slot was taken,
+	// or the uid's change is already counted.
+	Admitted bool
+	// Receipt names the change this call recorded; it is zero when the
+	// call recorded none (a full window, a retried uid).
+	Receipt Receipt
+}
+
+// Before is the window as it was before this call: what the policies see
+// as input.context.window. A call that recorded nothing changed nothing.
+func (t Taken) Before() State {
+	st := t.State
+	if t.Receipt.Recorded() {
+		// The window had room for this change, so it was not full.
+		st.Count--
+		st.Remaining++
+		st.RetryAfter = 0
+	}
+	return st
+}
+
+// Receipt names one change a store recorded, so that Release can give its
+// slot back. Only the store that issued it can read it.
+type Receipt struct {
+	recorded bool
+	// at is when the change was recorded, in the store's own time (µs
+	// for Redis, ns since the store's base for memory).
+	at int64
+	// member is the change's sorted-set member in Redis; uidHash its
+	// hash in the MemoryStore.
+	member  string
+	uidHash uint64
+	// local is set by a Guard when its local window recorded the change
+	// (a failOpen role while the store was down).
+	local bool
+}
+
+// Recorded reports whether r names a change.
+func (r Receipt) Recorded() bool { return r.recorded }
 
 // Counter is what the policy engine asks of rate windows: Take and Peek
 // with the role's onStoreError. A Guard applies it to a store that can
@@ -106,6 +158,9 @@ type Counter interface {
 	TakeWith(ctx context.Context, onErr OnStoreError, key string, limit Limit, uid string) (Answer, error)
 	// PeekWith is Store.Peek, failing as onErr says.
 	PeekWith(ctx context.Context, onErr OnStoreError, key string, limit Limit) (Answer, error)
+	// Release is Store.Release for the Receipt of an Answer, given back to
+	// the window that recorded it.
+	Release(ctx context.Context, key string, r Receipt) error
 }
 
 var (

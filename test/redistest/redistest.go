@@ -155,6 +155,15 @@ func (s *Server) start() error {
 	}
 }
 
+// PID is the server process's id (its CPU time is in /proc/<pid>/stat), or
+// 0 when it is not running.
+func (s *Server) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Client is a plain client of the server, closed when the test ends.
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})

@@ -200,7 +200,7 @@ func (s *prefilledStore) fill(ctx context.Context, key string, limit window.Limi
 	}
 	s.filled[key] = true
 	for i := range min(s.n, limit.Count) {
-		if _, _, err := s.mem.Take(ctx, key, limit, fmt.Sprintf("qnctl-window-%d", i)); err != nil {
+		if _, err := s.mem.Take(ctx, key, limit, fmt.Sprintf("qnctl-window-%d", i)); err != nil {
 			return err
 		}
 	}
@@ -216,11 +216,16 @@ func (s *prefilledStore) Peek(ctx context.Context, key string, limit window.Limi
 }
 
 // Take implements window.Store.
-func (s *prefilledStore) Take(ctx context.Context, key string, limit window.Limit, uid string) (window.State, bool, error) {
+func (s *prefilledStore) Take(ctx context.Context, key string, limit window.Limit, uid string) (window.Taken, error) {
 	if err := s.fill(ctx, key, limit); err != nil {
-		return window.State{}, false, err
+		return window.Taken{}, err
 	}
 	return s.mem.Take(ctx, key, limit, uid)
+}
+
+// Release implements window.Store.
+func (s *prefilledStore) Release(ctx context.Context, key string, r window.Receipt) error {
+	return s.mem.Release(ctx, key, r)
 }
 
 // fixedClock is a clock.PassiveClock that always reads one instant.

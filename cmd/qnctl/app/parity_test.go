@@ -45,7 +45,7 @@ func (s *serverStore) prepare(ctx context.Context, key string, limit window.Limi
 		return
 	}
 	for i := 0; i < s.n && i < limit.Count; i++ {
-		_, _, _ = s.mem.Take(ctx, key, limit, "earlier-"+strconv.Itoa(i))
+		_, _ = s.mem.Take(ctx, key, limit, "earlier-"+strconv.Itoa(i))
 	}
 }
 
@@ -54,9 +54,13 @@ func (s *serverStore) Peek(ctx context.Context, key string, limit window.Limit) 
 	return s.mem.Peek(ctx, key, limit)
 }
 
-func (s *serverStore) Take(ctx context.Context, key string, limit window.Limit, uid string) (window.State, bool, error) {
+func (s *serverStore) Take(ctx context.Context, key string, limit window.Limit, uid string) (window.Taken, error) {
 	s.prepare(ctx, key, limit)
 	return s.mem.Take(ctx, key, limit, uid)
+}
+
+func (s *serverStore) Release(ctx context.Context, key string, r window.Receipt) error {
+	return s.mem.Release(ctx, key, r)
 }
 
 // bundledSet loads the bundled policies once, as qn-webhook does at start.
