@@ -35,8 +35,9 @@ type Cluster struct {
 	// AsKubectlUser is a client with kubectl's identity, for tests where
 	// who makes a change matters (rate windows are per user).
 	AsKubectlUser dynamic.Interface
-	// AuditLog is the apiserver's audit log (QuantumNode requests at
-	// Metadata level), where webhook audit annotations land.
+	// AuditLog is the apiserver's audit log (QuantumNode writes at
+	// RequestResponse level, as docs/policies.md asks for qnctl impact),
+	// where webhook audit annotations land.
 	AuditLog string
 	dir      string
 	// controllerManager runs once a test asks for it (see
@@ -44,12 +45,16 @@ type Cluster struct {
 	controllerManager *Process
 }
 
-// auditPolicy logs QuantumNode requests with their metadata and audit
-// annotations, and nothing else.
+// auditPolicy logs QuantumNode writes with their objects, requester and
+// audit annotations (what qnctl impact replays), reads at Metadata level,
+// and nothing else: the policy docs/policies.md recommends.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: RequestResponse
+  verbs: [create, update, patch, delete, deletecollection]
+  resources: [{group: qn.dev, resources: [quantumnodes, quantumnodes/status]}]
 - level: Metadata
   resources: [{group: qn.dev, resources: [quantumnodes]}]
 - level: None

@@ -23,10 +23,8 @@ var quantumNodes = schema.GroupVersionResource{Group: "qn.dev", Version: "v1alph
 
 // auditOptions are the flags of qnctl audit.
 type auditOptions struct {
-	PolicyDir     string
-	Kubeconfig    string
-	Context       string
-	Namespace     string
+	PolicyDir string
+	clusterOptions
 	Output        string
 	SkipRegoTests bool
 }
@@ -102,31 +100,20 @@ func runAudit(ctx context.Context, opts *commonOptions, o *auditOptions, file st
 	if file != "" {
 		objects, err = readSnapshot(file, s.In)
 	} else {
-		objects, err = listCluster(ctx, o)
+		objects, err = listCluster(ctx, o.clusterOptions)
 	}
+	if err != nil {
+		return &exitError{code: exitBadInput, err: err}
+	}
+	stored, others, err := storedNodes(objects, o.Namespace)
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
 	engine := policies.NewEngine(p.Set, policies.EngineOptions{})
 	var nodes []auditedNode
-	others := 0
-	for _, doc := range objects {
-		var obj map[string]any
-		if err := json.Unmarshal(doc.JSON, &obj); err != nil {
-			return &exitError{code: exitBadInput, err: fmt.Errorf("%s: %v", doc.Name, err)}
-		}
-		if obj["kind"] != "QuantumNode" || !strings.HasPrefix(fmt.Sprint(obj["apiVersion"]), quantumNodes.Group+"/") {
-			others++
-			continue
-		}
-		meta, _ := obj["metadata"].(map[string]any)
-		ns, _ := meta["namespace"].(string)
-		if o.Namespace != "" && ns != o.Namespace {
-			continue
-		}
-		name, _ := meta["name"].(string)
-		res := engine.Audit(ctx, obj)
-		nodes = append(nodes, auditedNode{Namespace: ns, Name: name, Source: doc.Name, Compliant: res.Compliant(), Role: res.Role, Revision: res.Revision, Exempt: res.Exempt, Rules: res.Rules})
+	for _, n := range stored {
+		res := engine.Audit(ctx, n.Object)
+		nodes = append(nodes, auditedNode{Namespace: n.Namespace, Name: n.Name, Source: n.Source, Compliant: res.Compliant(), Role: res.Role, Revision: res.Revision, Exempt: res.Exempt, Rules: res.Rules})
 	}
 	slices.SortFunc(nodes, func(a, b auditedNode) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
@@ -231,8 +218,40 @@ func readSnapshot(file string, stdin io.Reader) ([]document, error) {
 	return readDocuments(file, bytes.NewReader(src))
 }
 
+// storedNode is one QuantumNode of a snapshot or a cluster.
+type storedNode struct {
+	Namespace, Name string
+	// Source says where it came from (file and item, or the cluster).
+	Source string
+	Object map[string]any
+}
+
+// storedNodes picks the QuantumNodes (of namespace, when set) out of a
+// snapshot's or a cluster's objects; others counts what is left out for
+// being another kind.
+func storedNodes(objects []document, namespace string) (nodes []storedNode, others int, err error) {
+	for _, doc := range objects {
+		var obj map[string]any
+		if err := json.Unmarshal(doc.JSON, &obj); err != nil {
+			return nil, 0, fmt.Errorf("%s: %v", doc.Name, err)
+		}
+		if obj["kind"] != "QuantumNode" || !strings.HasPrefix(fmt.Sprint(obj["apiVersion"]), quantumNodes.Group+"/") {
+			others++
+			continue
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		ns, _ := meta["namespace"].(string)
+		if namespace != "" && ns != namespace {
+			continue
+		}
+		name, _ := meta["name"].(string)
+		nodes = append(nodes, storedNode{Namespace: ns, Name: name, Source: doc.Name, Object: obj})
+	}
+	return nodes, others, nil
+}
+
 // listCluster lists QuantumNodes from the kubeconfig's cluster.
-func listCluster(ctx context.Context, o *auditOptions) ([]document, error) {
+func listCluster(ctx context.Context, o clusterOptions) ([]document, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = o.Kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()

@@ -86,15 +86,21 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 	// The windows are guarded as qn-webhook guards its store.
 	windows := window.NewGuard(newPrefilledStore(r.Now, r.WindowCount), window.GuardOptions{Name: "memory"})
 	engine := policies.NewEngine(set, policies.EngineOptions{Windows: windows})
-	d := &explainingDecider{engine: engine, explain: r.Explain}
+	return askWebhooks(ctx, &explainingDecider{engine: engine, explain: r.Explain}, rev.Request, r.Webhook, r.Now)
+}
+
+// askWebhooks asks d's webhooks about req at now as the apiserver does:
+// the mutating webhook, then the validating webhook with the patched
+// object (or only the one webhook asks for).
+func askWebhooks(ctx context.Context, d *explainingDecider, req *admissionv1.AdmissionRequest, webhook string, now time.Time) (*outcome, error) {
+	var err error
 	out := &outcome{}
-	req := rev.Request
-	if r.Webhook != webhookValidate {
-		out.Mutate, err = d.answer(ctx, req, policies.PathMutate, r.Now)
+	if webhook != webhookValidate {
+		out.Mutate, err = d.answer(ctx, req, policies.PathMutate, now)
 		if err != nil {
 			return nil, err
 		}
-		if !out.Mutate.Decision.Allowed || r.Webhook == webhookMutate {
+		if !out.Mutate.Decision.Allowed || webhook == webhookMutate {
 			// The apiserver stops at a denial; mutate-only stops here.
 			out.Patched, err = patched(req.Object.Raw, out.Mutate.Decision.Patch)
 			return out, err
@@ -110,7 +116,7 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 		}
 		out.Patched = raw
 	}
-	out.Validate, err = d.answer(ctx, req, policies.PathValidate, r.Now)
+	out.Validate, err = d.answer(ctx, req, policies.PathValidate, now)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +148,11 @@ func patched(object, patch []byte) ([]byte, error) {
 type explainingDecider struct {
 	engine  *policies.Engine
 	explain bool
+	// noWire skips encoding the response body (impact compares decisions).
+	noWire bool
+	// objects, when set, supplies each request's decoded objects, so a
+	// request asked of several deciders is decoded once (impact).
+	objects func(*admissionv1.AdmissionRequest) (webhook.Objects, error)
 	last    *policies.Explanation
 	err     error
 }
@@ -164,17 +175,36 @@ func (d *explainingDecider) Mutate(ctx context.Context, in *policies.Input) poli
 
 func (d *explainingDecider) answer(ctx context.Context, req *admissionv1.AdmissionRequest, path policies.Path, now time.Time) (*webhookAnswer, error) {
 	d.last, d.err = nil, nil
-	rev, _, dec := webhook.Answer(ctx, d, req, path, now)
+	var rev *admissionv1.AdmissionReview
+	var dec policies.Decision
+	if objs, ok := d.decodedObjects(req); ok {
+		rev, _, dec = webhook.AnswerObjects(ctx, d, req, objs, path, now)
+	} else {
+		rev, _, dec = webhook.Answer(ctx, d, req, path, now)
+	}
 	if d.err != nil {
 		return nil, fmt.Errorf("explain: %w", d.err)
 	}
 	// The server writes the review with encoding/json; so does qnctl, so
 	// the bytes are the server's.
-	wire, err := json.Marshal(rev)
-	if err != nil {
-		return nil, fmt.Errorf("encode answer: %w", err)
+	var wire []byte
+	if !d.noWire {
+		var err error
+		if wire, err = json.Marshal(rev); err != nil {
+			return nil, fmt.Errorf("encode answer: %w", err)
+		}
 	}
 	return &webhookAnswer{Webhook: path.String(), Request: req, Review: rev, Decision: dec, Wire: wire, Now: now, Explanation: d.last}, nil
+}
+
+// decodedObjects are req's objects from d.objects, when it is set and
+// they decode; else Answer decodes them (and says what is malformed).
+func (d *explainingDecider) decodedObjects(req *admissionv1.AdmissionRequest) (webhook.Objects, bool) {
+	if d.objects == nil {
+		return webhook.Objects{}, false
+	}
+	objs, err := d.objects(req)
+	return objs, err == nil
 }
 
 // prefilledStore is the server's in-process window store with every key

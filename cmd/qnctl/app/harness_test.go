@@ -51,7 +51,7 @@ func golden(t *testing.T, name, got string) {
 
 // copyDir copies a policy directory into a temporary one and applies
 // edits: file name -> new content ("" deletes the file).
-func copyDir(t *testing.T, src string, edits map[string]string) string {
+func copyDir(t testing.TB, src string, edits map[string]string) string {
 	t.Helper()
 	dst := t.TempDir()
 	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
