@@ -189,9 +189,9 @@ func TestImpactOfAPolicyChangeOnARealAuditLog(t *testing.T) {
 	}
 	want := []string{
 		"default/qn.ssh: newly denied CREATE impact/a2 by impact-alice",
-		"default/qn.ssh: newly denied UPDATE impact/a1 by impact-alice", // the JSON patch
-		"default/qn.ssh: newly denied UPDATE impact/a1 by impact-alice", // the update: a1 holds port 22 since the patch
-		"default/qn.ssh: newly denied CREATE impact/a3 by impact-alice", // the dry run
+		"default/qn.ssh: newly denied UPDATE impact/a1 by impact-alice",              // the JSON patch
+		"default/qn.ssh: newly denied UPDATE impact/a1 by impact-alice",              // the update: a1 holds port 22 since the patch
+		"default/qn.ssh: newly denied CREATE impact/a3 by impact-alice",              // the dry run
 		"realtime/qn.roles.realtime: reasons changed CREATE impact/b3 by impact-bob", // the zone still refuses it
 		"realtime/qn.roles.realtime: newly allowed CREATE impact/b1 by impact-bob",
 		"realtime/qn.roles.realtime: newly allowed UPDATE impact/b2 by impact-bob",
