@@ -83,9 +83,7 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 	if err != nil {
 		return nil, err
 	}
-	// The windows are guarded as qn-webhook guards its store.
-	windows := window.NewGuard(newPrefilledStore(r.Now, r.WindowCount), window.GuardOptions{Name: "memory"})
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: windows})
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: newPrefilledStore(r.Now, r.WindowCount)})
 	return askWebhooks(ctx, &explainingDecider{engine: engine, explain: r.Explain}, rev.Request, r.Webhook, r.Now)
 }
 
@@ -210,7 +208,9 @@ func (d *explainingDecider) decodedObjects(req *admissionv1.AdmissionRequest) (w
 // prefilledStore is the server's in-process window store with every key
 // already holding n changes made at the evaluation time: --window-count.
 // It reads the time from a fixed clock, so a full window frees its first
-// slot exactly one period after --time.
+// slot exactly one period after --time. Like the MemoryStore it fills, it
+// answers the engine itself (window.Counter): it cannot fail to answer,
+// and no deadline may cut filling a large window short.
 type prefilledStore struct {
 	mem    *window.MemoryStore
 	n      int
@@ -237,23 +237,23 @@ func (s *prefilledStore) fill(ctx context.Context, key string, limit window.Limi
 	return nil
 }
 
-// Peek implements window.Store.
-func (s *prefilledStore) Peek(ctx context.Context, key string, limit window.Limit) (window.State, error) {
+// PeekWith implements window.Counter.
+func (s *prefilledStore) PeekWith(ctx context.Context, onErr window.OnStoreError, key string, limit window.Limit) (window.Answer, error) {
 	if err := s.fill(ctx, key, limit); err != nil {
-		return window.State{}, err
+		return window.Answer{}, err
 	}
-	return s.mem.Peek(ctx, key, limit)
+	return s.mem.PeekWith(ctx, onErr, key, limit)
 }
 
-// Take implements window.Store.
-func (s *prefilledStore) Take(ctx context.Context, key string, limit window.Limit, uid string) (window.Taken, error) {
+// TakeWith implements window.Counter.
+func (s *prefilledStore) TakeWith(ctx context.Context, onErr window.OnStoreError, key string, limit window.Limit, uid string) (window.Answer, error) {
 	if err := s.fill(ctx, key, limit); err != nil {
-		return window.Taken{}, err
+		return window.Answer{}, err
 	}
-	return s.mem.Take(ctx, key, limit, uid)
+	return s.mem.TakeWith(ctx, onErr, key, limit, uid)
 }
 
-// Release implements window.Store.
+// Release implements window.Counter.
 func (s *prefilledStore) Release(ctx context.Context, key string, r window.Receipt) error {
 	return s.mem.Release(ctx, key, r)
 }

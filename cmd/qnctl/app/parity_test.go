@@ -49,14 +49,14 @@ func (s *serverStore) prepare(ctx context.Context, key string, limit window.Limi
 	}
 }
 
-func (s *serverStore) Peek(ctx context.Context, key string, limit window.Limit) (window.State, error) {
+func (s *serverStore) PeekWith(ctx context.Context, onErr window.OnStoreError, key string, limit window.Limit) (window.Answer, error) {
 	s.prepare(ctx, key, limit)
-	return s.mem.Peek(ctx, key, limit)
+	return s.mem.PeekWith(ctx, onErr, key, limit)
 }
 
-func (s *serverStore) Take(ctx context.Context, key string, limit window.Limit, uid string) (window.Taken, error) {
+func (s *serverStore) TakeWith(ctx context.Context, onErr window.OnStoreError, key string, limit window.Limit, uid string) (window.Answer, error) {
 	s.prepare(ctx, key, limit)
-	return s.mem.Take(ctx, key, limit, uid)
+	return s.mem.TakeWith(ctx, onErr, key, limit, uid)
 }
 
 func (s *serverStore) Release(ctx context.Context, key string, r window.Receipt) error {
@@ -78,7 +78,7 @@ func server(t *testing.T, now time.Time, n int) http.Handler {
 	}
 	clk := clocktesting.NewFakePassiveClock(now)
 	store := &serverStore{mem: window.NewMemoryStore(clk, window.MemoryOptions{}), n: n}
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: "memory"})})
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: store})
 	return webhook.NewHandler(engine, webhook.HandlerOptions{Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
