@@ -131,15 +131,21 @@ prometheus:
 build:
 	$(GO_BUILD) -o $(BIN)/ ./cmd/...
 
-## build-platforms: the three binaries for each of PLATFORMS into bin/<os>_<arch>/, as make build builds them
+## build-platforms: the three binaries for each of PLATFORMS into bin/<os>_<arch>/, as make build builds them, with the Go release go.mod names
 PLATFORMS ?= linux/amd64 linux/arm64
 IMAGES := qn-webhook qn-controller qnctl
+# The images' bytes depend on the compiler (the binaries) and on the Go
+# release that runs hack/release (its gzip): both use exactly the release
+# go.mod names (its toolchain line, else its go line), so any machine
+# builds a release's digests; another local Go fetches that one once from
+# the module proxy.
+GO_RELEASE := go$(shell v=$$(sed -n 's/^toolchain go//p' go.mod); [ -n "$$v" ] || v=$$(sed -n 's/^go //p' go.mod); echo $$v)
 .PHONY: build-platforms
 build-platforms:
 	@set -e; for p in $(PLATFORMS); do \
 		os=$${p%%/*}; arch=$${p#*/}; arch=$${arch%%/*}; \
-		echo "GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $(BIN)/$${os}_$${arch}/ $(addprefix ./cmd/,$(IMAGES))"; \
-		GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $(BIN)/$${os}_$${arch}/ $(addprefix ./cmd/,$(IMAGES)); \
+		echo "GOTOOLCHAIN=$(GO_RELEASE) GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $(BIN)/$${os}_$${arch}/ $(addprefix ./cmd/,$(IMAGES))"; \
+		GOTOOLCHAIN=$(GO_RELEASE) GOOS=$$os GOARCH=$$arch $(GO_BUILD) -o $(BIN)/$${os}_$${arch}/ $(addprefix ./cmd/,$(IMAGES)); \
 	done
 
 ## image: OCI images of qn-webhook, qn-controller and qnctl for PLATFORMS, offline (no registry, no Docker): one OCI layout each under bin/images/, digests printed
@@ -150,7 +156,7 @@ IMAGE_DIR ?= $(BIN)/images
 SOURCE_URL ?= https://github.com/quantumnode/qn-admission
 # The repository has no LICENSE file yet; NOASSERTION is SPDX for "not stated".
 IMAGE_LICENSES ?= NOASSERTION
-RELEASE_TOOL = $(GO) -C hack/release run .
+RELEASE_TOOL = GOTOOLCHAIN=$(GO_RELEASE) $(GO) -C hack/release run .
 .PHONY: image
 image: build-platforms
 	$(RELEASE_TOOL) image --binaries '$(abspath $(BIN))' --out '$(abspath $(IMAGE_DIR))' \
