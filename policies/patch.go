@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	jsonpatchapply "github.com/evanphx/json-patch/v5"
@@ -73,6 +74,9 @@ func applyAndDiff(object map[string]any, ops []rego.PatchOp) (diff []jsonpatch.O
 			diff, err = nil, fmt.Errorf("apply patch operations: json-patch failed: %v%s", p, hint)
 		}
 	}()
+	if err := checkPatchIndexes(object, ops); err != nil {
+		return nil, err
+	}
 	doc, err := json.Marshal(object)
 	if err != nil {
 		return nil, fmt.Errorf("encode object for patching: %w", err)
@@ -95,6 +99,77 @@ func applyAndDiff(object map[string]any, ops []rego.PatchOp) (diff []jsonpatch.O
 		return nil, fmt.Errorf("diff patched object: %w", err)
 	}
 	return diff, nil
+}
+
+// maxPatchArrayIndex bounds the array indices a policy's patch may make
+// json-patch pad. An add under a path that does not exist makes json-patch
+// create it, and where the next segment is a number it creates an array
+// padded with nulls up to that index, copying the array once per null:
+// "/spec/x/999999/y" took minutes of CPU after the policies had answered,
+// beyond any evaluation deadline. No object the webhook judges holds
+// arrays near this long (the CRD caps spec.services at 256).
+const maxPatchArrayIndex = 4096
+
+// checkPatchIndexes refuses operations that would pad an array past
+// maxPatchArrayIndex, saying which operation and where. It walks each
+// pointer through the object as sent: from the first segment that does
+// not exist on, every number would index an array json-patch creates or
+// pads. Numbers that name object keys which exist (a label "8080") are
+// keys, not indices, and pass.
+func checkPatchIndexes(object map[string]any, ops []rego.PatchOp) error {
+	for i, op := range ops {
+		for _, pointer := range []string{op.Path, op.From} {
+			if seg, ok := paddedIndexPast(object, pointer, maxPatchArrayIndex); !ok {
+				return fmt.Errorf("patch operation %d (%s %q) would pad an array to index %s, above the largest a patch may create (%d)", i, op.Op, pointer, seg, maxPatchArrayIndex)
+			}
+		}
+	}
+	return nil
+}
+
+// paddedIndexPast walks pointer through doc and returns the first segment
+// that would make json-patch pad an array beyond max, with ok false.
+func paddedIndexPast(doc map[string]any, pointer string, max uint64) (string, bool) {
+	if !strings.HasPrefix(pointer, "/") {
+		return "", true
+	}
+	parts := strings.Split(pointer[1:], "/")
+	var node any = doc
+	for k, seg := range parts {
+		switch n := node.(type) {
+		case map[string]any:
+			child, exists := n[unescapePointer(seg)]
+			if exists {
+				node = child
+				continue
+			}
+		case []any:
+			if idx, err := strconv.ParseUint(seg, 10, 64); err == nil && idx < uint64(len(n)) {
+				node = n[idx]
+				continue
+			}
+			// Missing element: from here on the path is created.
+			return numberPast(parts[k:], max)
+		default:
+			return "", true // a scalar: json-patch refuses the path itself
+		}
+		// A missing key: the rest of the path is created, arrays where a
+		// segment is a number.
+		return numberPast(parts[k+1:], max)
+	}
+	return "", true
+}
+
+func numberPast(segs []string, max uint64) (string, bool) {
+	for _, seg := range segs {
+		if seg == "" || strings.Trim(seg, "0123456789") != "" {
+			continue
+		}
+		if n, err := strconv.ParseUint(seg, 10, 64); err != nil || n > max {
+			return seg, false
+		}
+	}
+	return "", true
 }
 
 // patchScope is the object of the document that every operation falls

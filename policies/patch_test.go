@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 
@@ -246,4 +247,47 @@ func FuzzScopedPatchMatchesWholeDocument(f *testing.F) {
 		}
 		samePatch(t, doc, ops)
 	})
+}
+
+// A patch that would make json-patch pad an array far past any real
+// object's length is refused at once, naming the operation; numbers that
+// name existing object keys, existing elements and small new arrays pass.
+func TestPatchMayNotPadArraysWithoutBound(t *testing.T) {
+	refused := []string{
+		`[{"op":"add","path":"/metadata/x/999999/y","value":1}]`,
+		`[{"op":"add","path":"/spec/services/999999/name","value":"a"}]`,
+		`[{"op":"add","path":"/metadata/labels/a/4097","value":"1"}]`,
+		`[{"op":"copy","from":"/spec/hardware","path":"/spec/z/100000000000000000000000/y"}]`,
+	}
+	for _, opsJSON := range refused {
+		var ops []rego.PatchOp
+		if err := json.Unmarshal([]byte(opsJSON), &ops); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, _, err := diffPatch(decodeDoc(t, patchTestNode), ops)
+		if err == nil || !strings.Contains(err.Error(), "would pad an array to index") || !strings.Contains(err.Error(), "patch operation 0") {
+			t.Errorf("%s: got %v, want a refusal naming the operation and the index", opsJSON, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: refused after %v", opsJSON, d)
+		}
+	}
+	allowed := []string{
+		`[{"op":"add","path":"/metadata/labels/8080","value":"1"}]`,                          // a new key at the end is a key
+		`[{"op":"replace","path":"/metadata/labels/a~1b","value":"9"}]`,                      // existing
+		`[{"op":"add","path":"/spec/services/1/protocol","value":"TCP"}]`,                    // an existing element
+		`[{"op":"add","path":"/spec/extra/3/name","value":"a"}]`,                             // a new array, 3 nulls: json-patch's own rule
+		`[{"op":"add","path":"/metadata/annotations/99999999","value":"x"}]`,                 // a key of an existing object
+		`[{"op":"add","path":"/metadata/labels/qn.dev~1managed-by","value":"qn-admission"}]`, // the bundled patch
+	}
+	for _, opsJSON := range allowed {
+		var ops []rego.PatchOp
+		if err := json.Unmarshal([]byte(opsJSON), &ops); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := diffPatch(decodeDoc(t, patchTestNode), ops); err != nil {
+			t.Errorf("%s: %v", opsJSON, err)
+		}
+	}
 }
