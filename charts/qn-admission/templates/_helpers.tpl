@@ -165,6 +165,24 @@ containers mount the checkout at /git, so the link resolves the same in each.
 {{- end -}}
 {{- end -}}
 
+{{/*
+admissionPolicy.params says what writes the QuantumNodeRoleTable the
+role table's ValidatingAdmissionPolicy reads: "chart" for the bundled
+policies (the chart's copy of qnctl vap's output), "controller" for a
+configMap source (qn-controller compiles it from the ConfigMap it follows,
+--role-table), or nothing, and then no policy is rendered: mode off, a
+gitSync source (only qn-webhook reads the checkout), or no qn-controller.
+*/}}
+{{- define "qn-admission.admissionPolicy.params" -}}
+{{- if ne .Values.admissionPolicy.mode "off" -}}
+{{- if eq .Values.policies.source "bundled" -}}
+chart
+{{- else if and (eq .Values.policies.source "configMap") .Values.controller.enabled -}}
+controller
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* hours turns a "<n>h" duration (the schema allows no other form) into n. */}}
 {{- define "qn-admission.hours" -}}
 {{- trimSuffix "h" . | int -}}
