@@ -30,7 +30,7 @@ func TestWithTheWebhookDownTheCorePromisesHold(t *testing.T) {
 	}
 	// Stored while the webhook is up.
 	for ns, objs := range map[string][]*unstructured.Unstructured{
-		namespace: {batch("down-batch"), realtime("down-rt"), qn("down-plain", nil, nil)},
+		namespace: {batch("down-batch"), realtime("down-rt"), qn("down-plain", nil, nil), qn("down-move", nil, nil), qn("down-move-batch", nil, nil)},
 		doomed:    {realtime("rt"), batch("batch"), qn("plain", nil, nil)},
 	} {
 		for _, o := range objs {
@@ -102,6 +102,61 @@ func TestWithTheWebhookDownTheCorePromisesHold(t *testing.T) {
 			return err
 		},
 		want:   `denied by qn-admission (role "realtime"): label topology.kubernetes.io/zone must be "cn-shanghai" (found "eu-west-1") [qn.roles.realtime: roles.realtime.parameters.allowedZones]`,
+		policy: true,
+	}, {
+		name: "a realtime node over its latency budget is still refused",
+		do: func() error {
+			o := realtime("down-slow")
+			o.SetAnnotations(map[string]string{"qn-role": "realtime", "qn.dev/latency-budget-ms": "80"})
+			_, err := nodes(bob, namespace).Create(ctx, o, metav1.CreateOptions{})
+			return err
+		},
+		want:   `denied by qn-admission (role "realtime"): annotation qn.dev/latency-budget-ms must be a number below 50 (found "80")`,
+		policy: true,
+	}, {
+		name: "a default node may not move to a role its moveTo does not list",
+		do: func() error {
+			o, err := nodes(bob, namespace).Get(ctx, "down-move-batch", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			o.SetAnnotations(map[string]string{"qn-role": "batch"})
+			o.SetLabels(map[string]string{"priority": "low"})
+			_, err = nodes(bob, namespace).Update(ctx, o, metav1.UpdateOptions{})
+			return err
+		},
+		want:   `the stored QuantumNode is under role "default", which does not let it move to role "batch" (roles.default.moveTo allows only realtime)`,
+		policy: true,
+	}, {
+		name: "a default node moving to realtime meets realtime's conditions",
+		do: func() error {
+			o, err := nodes(bob, namespace).Get(ctx, "down-move", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			o.SetAnnotations(map[string]string{"qn-role": "realtime", "qn.dev/latency-budget-ms": "20"})
+			o.SetLabels(map[string]string{"topology.kubernetes.io/zone": "eu-west-1"})
+			_, err = nodes(bob, namespace).Update(ctx, o, metav1.UpdateOptions{})
+			return err
+		},
+		want:   `label topology.kubernetes.io/zone must be "cn-shanghai" (found "eu-west-1")`,
+		policy: true,
+	}, {
+		name: "a default node moves to realtime in an allowed zone",
+		do: func() error {
+			o, err := nodes(bob, namespace).Get(ctx, "down-move", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			o.SetAnnotations(map[string]string{"qn-role": "realtime", "qn.dev/latency-budget-ms": "20"})
+			o.SetLabels(map[string]string{"topology.kubernetes.io/zone": "cn-shanghai"})
+			_, err = nodes(bob, namespace).Update(ctx, o, metav1.UpdateOptions{})
+			return err
+		},
+	}, {
+		name:   "a developer still cannot delete a batch node",
+		do:     func() error { return nodes(bob, namespace).Delete(ctx, "down-batch", metav1.DeleteOptions{}) },
+		want:   `user "bob" (groups qn:developers, system:authenticated) may not delete a QuantumNode of role "batch"`,
 		policy: true,
 	}, {
 		name: "a batch node of another priority is still refused",
