@@ -40,6 +40,17 @@ func TestWithTheWebhookDownTheCorePromisesHold(t *testing.T) {
 		}
 	}
 
+	// A realtime node owned by a ConfigMap, for the garbage collector.
+	owner, err := cluster.Kube.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "down-owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := realtime("down-owned")
+	owned.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}})
+	if _, err := nodes(cluster.Dynamic, namespace).Create(ctx, owned, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	stopWebhook(t)
 	// The webhook is down: a write the policy does not judge goes through,
 	// so the webhook configuration is demonstrably failing open.
@@ -220,6 +231,20 @@ func TestWithTheWebhookDownTheCorePromisesHold(t *testing.T) {
 			}
 		})
 	}
+
+	// The garbage collector still deletes a realtime node whose owner is
+	// gone (a developer may not: above).
+	background := metav1.DeletePropagationBackground
+	if err := cluster.Kube.CoreV1().ConfigMaps(namespace).Delete(ctx, owner.Name, metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 90*time.Second, "the garbage collector to delete the owned realtime node", func() error {
+		_, err := nodes(cluster.Dynamic, namespace).Get(ctx, "down-owned", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the owned realtime node is still there (%v)\n%s", err, cluster.ControllerManagerLogs())
+	})
 
 	// The namespace controller still deletes every node of a namespace
 	// being deleted, realtime and batch ones too.
