@@ -138,7 +138,6 @@ func NewOptions() *Options {
 		ShutdownGracePeriod:  20 * time.Second,
 		LogFormat:            "json",
 		WindowStore:          WindowStoreMemory,
-		Redis:                window.RedisConfig{Address: "localhost:6379"},
 		WindowStoreTimeout:   window.DefaultStoreTimeout,
 		Strict:               health.DefaultStrictOptions(),
 		// cert-manager renews at two thirds of the lifetime (30 of 90
@@ -179,7 +178,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
-	fs.StringVar(&o.Redis.Address, "redis-address", o.Redis.Address, "host:port of Redis, with --window-store redis.")
+	fs.StringVar(&o.Redis.Address, "redis-address", o.Redis.Address, "host:port of one Redis, with --window-store redis (default "+DefaultRedisAddress+" unless Sentinels or a cluster are given).")
+	fs.StringSliceVar(&o.Redis.SentinelAddresses, "redis-sentinel-addresses", o.Redis.SentinelAddresses, "host:port of the Redis Sentinels watching --redis-sentinel-master (comma-separated): windows follow the master through a failover.")
+	fs.StringVar(&o.Redis.SentinelMaster, "redis-sentinel-master", o.Redis.SentinelMaster, "Name of the master the Sentinels watch (sentinel.conf's 'sentinel monitor <name> ...').")
+	fs.StringVar(&o.Redis.SentinelPasswordFile, "redis-sentinel-password-file", o.Redis.SentinelPasswordFile, "File holding the Sentinels' own password, when they require one (read at start).")
+	fs.StringSliceVar(&o.Redis.ClusterAddresses, "redis-cluster-addresses", o.Redis.ClusterAddresses, "host:port of some nodes of a Redis Cluster (comma-separated); the others are discovered.")
 	fs.StringVar(&o.Redis.PasswordFile, "redis-password-file", o.Redis.PasswordFile, "File holding the Redis password (a mounted Secret); re-read on every new connection.")
 	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "Connect to Redis with TLS (1.2 or later), verifying its certificate.")
 	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "With --redis-tls, the CA that signed Redis's certificate (default: the system roots).")
@@ -223,8 +226,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--window-store must be memory or redis, got %q", o.WindowStore)
 	case o.WindowStoreTimeout <= 0 || o.WindowStoreTimeout >= maxWindowStoreTimeout:
 		return fmt.Errorf("--window-store-timeout must be positive and below %s (the longest webhook timeout), got %s", maxWindowStoreTimeout, o.WindowStoreTimeout)
-	case o.Redis.TLSCAFile != "" && !o.Redis.TLS:
-		return fmt.Errorf("--redis-tls-ca-file is set but --redis-tls is not; add --redis-tls")
 	case o.TraceSampleRatio < 0 || o.TraceSampleRatio > 1:
 		return fmt.Errorf("--trace-sample-ratio must be between 0 and 1, got %g", o.TraceSampleRatio)
 	case o.StrictCertMinValidity < 0:
@@ -234,8 +235,8 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if o.WindowStore == WindowStoreRedis {
-		if _, _, err := net.SplitHostPort(o.Redis.Address); err != nil {
-			return fmt.Errorf("--redis-address %q is not host:port: %v", o.Redis.Address, err)
+		if err := o.RedisConfig().Validate(); err != nil {
+			return fmt.Errorf("--window-store redis: %w", err)
 		}
 	}
 	for _, addr := range []string{o.ListenAddress, o.ProbeAddress} {
@@ -244,6 +245,22 @@ func (o *Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// DefaultRedisAddress is the Redis of --window-store redis when no other
+// is given: redis-server on its default port, as `make run` expects.
+const DefaultRedisAddress = "localhost:6379"
+
+// RedisConfig is how qn-webhook reaches Redis: the --redis-* flags, with
+// DefaultRedisAddress when they name no Redis, and the window deadline as
+// the dial timeout.
+func (o *Options) RedisConfig() window.RedisConfig {
+	cfg := o.Redis
+	if cfg.Address == "" && len(cfg.SentinelAddresses) == 0 && len(cfg.ClusterAddresses) == 0 {
+		cfg.Address = DefaultRedisAddress
+	}
+	cfg.Timeout = o.WindowStoreTimeout
+	return cfg
 }
 
 // maxWindowStoreTimeout is the apiserver's longest webhook timeout: a
