@@ -161,3 +161,52 @@ func TestWindowsFollowASentinelFailover(t *testing.T) {
 // the test's load: those the master had acknowledged but not yet sent to
 // its replica, a few milliseconds' worth. docs/reliability.md states it.
 const maxFailoverLoss = 8
+
+// Through a Redis Cluster of three real masters, given one node's address
+// as qn-webhook is, every window lands on its key's shard, the windows
+// spread over all three, and each is exact.
+func TestWindowsAreExactOnARedisCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	c, err := NewRedisClient(RedisConfig{ClusterAddresses: []string{nodes[0].Addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := NewRedisStore(c, RedisOptions{})
+	ctx := context.Background()
+	limit := Limit{Count: 3, Period: time.Minute}
+	const users = 30
+	for u := range users {
+		key := fmt.Sprintf("rt/user/u%d", u)
+		admitted := 0
+		for i := range limit.Count + 2 {
+			tk, err := s.Take(ctx, key, limit, fmt.Sprintf("u%d-%d", u, i))
+			if err != nil {
+				t.Fatalf("Take %s through the cluster: %v", key, err)
+			}
+			if tk.Admitted {
+				admitted++
+			}
+		}
+		if admitted != limit.Count {
+			t.Errorf("%s: %d of %d changes admitted, want exactly %d", key, admitted, limit.Count+2, limit.Count)
+		}
+		if st, err := s.Peek(ctx, key, limit); err != nil || st.Count != limit.Count {
+			t.Errorf("Peek %s = %+v, %v; want the window full", key, st, err)
+		}
+	}
+	total := int64(0)
+	for _, n := range nodes {
+		keys, err := n.Client().DBSize(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys == 0 {
+			t.Errorf("node %s holds no window: the %d windows did not spread over the shards", n.Addr, users)
+		}
+		total += keys
+	}
+	if total != users {
+		t.Errorf("the shards hold %d keys, want one per user, %d", total, users)
+	}
+}

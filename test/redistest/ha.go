@@ -170,3 +170,37 @@ func waitFor(t testing.TB, timeout time.Duration, what string, ok func(context.C
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// StartCluster starts a Redis Cluster of n masters (no replicas), the
+// 16,384 hash slots split evenly among them, and returns once every node
+// reports the cluster ok. Clients given any one node's address learn the
+// others.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	nodes := make([]*Server, n)
+	for i := range nodes {
+		nodes[i] = Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+	}
+	ctx := context.Background()
+	const slots = 16384
+	for i, s := range nodes {
+		c := s.Client()
+		if err := c.ClusterAddSlotsRange(ctx, i*slots/n, (i+1)*slots/n-1).Err(); err != nil {
+			t.Fatalf("redistest: give node %s its slots: %v", s.Addr, err)
+		}
+		if i > 0 {
+			host, port, _ := net.SplitHostPort(nodes[0].Addr)
+			if err := c.ClusterMeet(ctx, host, port).Err(); err != nil {
+				t.Fatalf("redistest: node %s meets %s: %v", s.Addr, nodes[0].Addr, err)
+			}
+		}
+	}
+	for _, s := range nodes {
+		c := s.Client()
+		waitFor(t, 20*time.Second, "node "+s.Addr+" to report the cluster ok", func(ctx context.Context) (bool, error) {
+			info, err := c.ClusterInfo(ctx).Result()
+			return strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)), err
+		})
+	}
+	return nodes
+}
