@@ -17,10 +17,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/scale"
@@ -54,6 +56,7 @@ type harness struct {
 	reconciler *Reconciler
 	metrics    *prometheus.Registry
 	scales     *countingScales
+	conflicts  *statusConflicts
 	prom       *promtest.Server
 	exporter   *promtest.Exporter
 	cfg        *rest.Config
@@ -102,7 +105,10 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 	if err != nil {
 		return nil, nil, err
 	}
-	env, cfg, err := testharness.StartControlPlane(testharness.ControlPlaneOptions{Configure: func(e *envtest.Environment) { e.Scheme = scheme }})
+	env, cfg, err := testharness.StartControlPlane(testharness.ControlPlaneOptions{
+		MoreCRDs:  []*apiextensionsv1.CustomResourceDefinition{scaledObjectCRD()},
+		Configure: func(e *envtest.Environment) { e.Scheme = scheme },
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,7 +170,14 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 		return nil, nil, err
 	}
 	h.scales = &countingScales{ScalesGetter: scales, updates: map[string]int{}}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	h.conflicts = &statusConflicts{Client: mgr.GetClient(), direct: direct, pending: map[string]bool{}}
 	h.reconciler = &Reconciler{
+		Client:                  h.conflicts,
 		Scales:                  h.scales,
 		ScaleKinds:              kinds,
 		Prometheus:              NewPrometheus(2*time.Second, 2),
@@ -199,8 +212,32 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 	return h, stopAll, nil
 }
 
-// countingScales counts /scale writes per target, so a test can show that
-// none was sent (the API server keeps a no-op write invisible).
+// scaledObjectCRD serves KEDA's ScaledObject (its schema left open), so
+// the scaler meets one as it would in a cluster running KEDA: it is
+// served before qn-controller starts.
+func scaledObjectCRD() *apiextensionsv1.CustomResourceDefinition {
+	open := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "scaledobjects.keda.sh"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: ScaledObjectGVK.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "scaledobjects", Singular: "scaledobject", Kind: ScaledObjectGVK.Kind, ListKind: ScaledObjectGVK.Kind + "List"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: ScaledObjectGVK.Version, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &open,
+				}},
+			}},
+		},
+	}
+}
+
+// countingScales counts the /scale writes the API server accepted, per
+// target, so a test can show that none was made (the API server keeps a
+// no-op write invisible). A write refused with a conflict (the target's
+// controller wrote its status in between) changed nothing and is not
+// counted.
 type countingScales struct {
 	scale.ScalesGetter
 	mu      sync.Mutex
@@ -225,10 +262,72 @@ type countingScaleInterface struct {
 }
 
 func (i countingScaleInterface) Update(ctx context.Context, gr schema.GroupResource, s *autoscalingv1.Scale, opts metav1.UpdateOptions) (*autoscalingv1.Scale, error) {
-	i.c.mu.Lock()
-	i.c.updates[i.namespace+"/"+s.Name]++
-	i.c.mu.Unlock()
-	return i.ScaleInterface.Update(ctx, gr, s, opts)
+	out, err := i.ScaleInterface.Update(ctx, gr, s, opts)
+	if err == nil {
+		i.c.mu.Lock()
+		i.c.updates[i.namespace+"/"+s.Name]++
+		i.c.mu.Unlock()
+	}
+	return out, err
+}
+
+// statusConflicts is the reconciler's client, through which a test makes
+// the API server refuse one status write with a conflict: someone labels
+// the scaler between the poll's read and the status write that follows
+// its write to the target.
+type statusConflicts struct {
+	client.Client
+	direct  client.Client
+	mu      sync.Mutex
+	pending map[string]bool
+	met     map[string]bool
+}
+
+// once arms a conflict for the first status write after a scale in ns.
+func (c *statusConflicts) once(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending[ns] = true
+}
+
+// happened reports whether the conflict armed in ns was made.
+func (c *statusConflicts) happened(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.met[ns]
+}
+
+func (c *statusConflicts) take(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.pending[ns] {
+		return false
+	}
+	delete(c.pending, ns)
+	if c.met == nil {
+		c.met = map[string]bool{}
+	}
+	c.met[ns] = true
+	return true
+}
+
+func (c *statusConflicts) Status() client.SubResourceWriter {
+	return conflictingStatusWriter{SubResourceWriter: c.Client.Status(), c: c}
+}
+
+type conflictingStatusWriter struct {
+	client.SubResourceWriter
+	c *statusConflicts
+}
+
+func (w conflictingStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler); ok && sc.Status.LastScaleTime != nil && w.c.take(sc.Namespace) {
+		touch := &qnv1alpha1.HorizontalQNScaler{ObjectMeta: metav1.ObjectMeta{Namespace: sc.Namespace, Name: sc.Name}}
+		if err := w.c.direct.Patch(ctx, touch, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"true"}}}`))); err != nil {
+			return fmt.Errorf("label the scaler to make a conflict: %w", err)
+		}
+	}
+	return w.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
 // startControllerManager runs the real kube-controller-manager with the

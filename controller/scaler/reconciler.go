@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -38,6 +39,10 @@ import (
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 )
+
+// errTargetChanged: the target's /scale changed between the poll's read
+// and its write (a conflict); the scaler decides again at once.
+var errTargetChanged = errors.New("the target changed between the read and the write of its scale")
 
 // FieldManager names qn-controller in managedFields and events.
 const FieldManager = "qn-controller"
@@ -88,10 +93,14 @@ type Reconciler struct {
 	// again at the latest; it is woken sooner when a slot is its.
 	BusyRetry time.Duration
 
-	metrics            *metrics
-	watchScaledObjects bool
-	polls              pollTimes
-	secrets            *secretCache
+	metrics *metrics
+	// scaledObjects reads KEDA's ScaledObjects from the manager's cache,
+	// where their target index lives; nil when the cluster serves none.
+	// (A client reads unstructured objects from the API server, which
+	// knows no such index.)
+	scaledObjects client.Reader
+	polls         pollTimes
+	secrets       *secretCache
 }
 
 // Everything the scaler does, for config/rbac/role.yaml (`make rbac`): the
@@ -168,7 +177,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		if err := indexer.IndexField(ctx, u, scaleTargetIndex, scaledObjectTargetKey); err != nil {
 			return fmt.Errorf("index KEDA ScaledObjects by target: %w", err)
 		}
-		r.watchScaledObjects = true
+		r.scaledObjects = mgr.GetCache()
 	}
 	// A scaler waiting for a busy Prometheus is woken when a slot is its.
 	wakeups := make(chan event.GenericEvent, 1024)
@@ -233,14 +242,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	res, err := r.poll(ctx, s, spec, now)
-	var next time.Time
-	if !errors.Is(err, ErrServerBusy) {
-		next = r.polls.mark(req.NamespacedName, s, now, interval)
+	switch {
+	case errors.Is(err, ErrServerBusy):
+		return ctrl.Result{RequeueAfter: r.BusyRetry}, nil
+	case errors.Is(err, errTargetChanged):
+		// Not a poll: decide again shortly on what the target holds now.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	next := r.polls.mark(req.NamespacedName, s, now, interval)
 	if err != nil {
-		if errors.Is(err, ErrServerBusy) {
-			return ctrl.Result{RequeueAfter: r.BusyRetry}, nil
-		}
 		r.metrics.errors.WithLabelValues(req.Namespace, req.Name).Inc()
 		return ctrl.Result{}, err
 	}
@@ -324,7 +334,12 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 	}
 	var writeErr error
 	if wantWrite && blocked == "" {
-		if writeErr = updateScale(ctx, r.Scales, s.Namespace, tgt, current, d.Replicas); writeErr != nil {
+		if writeErr = updateScale(ctx, r.Scales, s.Namespace, tgt, current, d.Replicas); apierrors.IsConflict(writeErr) {
+			// The target changed between read and write (its controller
+			// wrote its status): nothing happened worth a condition.
+			return ctrl.Result{}, errTargetChanged
+		}
+		if writeErr != nil {
 			memory = d.Observed
 			blocked = "the write failed: "
 		} else {
@@ -350,11 +365,6 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 	r.record(s, spec, in, d, replicas, after, others, writeErr)
 	r.observe(key, spec, in, d)
 	if writeErr != nil {
-		if apierrors.IsConflict(writeErr) {
-			// The target changed between read and write: decide again on
-			// what it holds now.
-			return ctrl.Result{RequeueAfter: time.Second}, nil
-		}
 		return ctrl.Result{}, fmt.Errorf("write the scale of %s: %w", tgt.describe, writeErr)
 	}
 	if after != replicas {
@@ -458,17 +468,34 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 			return nil
 		}
 	}
-	updated := s.DeepCopy()
-	updated.Status = *status
-	patch := client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})
-	if err := r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(FieldManager)); err != nil {
-		if apierrors.IsConflict(err) {
-			// A newer scaler exists; its change polls again.
-			return nil
-		}
+	err := r.patchStatus(ctx, s, status)
+	if apierrors.IsConflict(err) {
+		// The scaler changed since this poll read it (a label, an
+		// annotation, its spec). The status is still what this poll
+		// observed and did, a write to the target included, whose time
+		// the cooldowns count from: write it onto the newest version
+		// rather than lose it.
+		key := client.ObjectKeyFromObject(s)
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			latest := &qnv1alpha1.HorizontalQNScaler{}
+			if err := r.APIReader.Get(ctx, key, latest); err != nil {
+				return err
+			}
+			return r.patchStatus(ctx, latest, status)
+		})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("write status of HorizontalQNScaler %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
+}
+
+// patchStatus replaces s's status with status, on the version s is.
+func (r *Reconciler) patchStatus(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler, status *qnv1alpha1.HorizontalQNScalerStatus) error {
+	updated := s.DeepCopy()
+	updated.Status = *status
+	patch := client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})
+	return r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(FieldManager))
 }
 
 // numbers matches the numbers in a reason (values, replicas, seconds, the
@@ -526,7 +553,7 @@ func (r *Reconciler) record(s *qnv1alpha1.HorizontalQNScaler, spec *qnv1alpha1.H
 			r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, qnv1alpha1.ScalerReasonConflictingScaler, "Scale", "%s", conflictMessage(s, others))
 		}
 	}
-	if writeErr != nil && !apierrors.IsConflict(writeErr) {
+	if writeErr != nil {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, qnv1alpha1.ScalerReasonFailedUpdateScale, "Scale", "write the scale of %s %s: %v", spec.ScaleTargetRef.Kind, spec.ScaleTargetRef.Name, writeErr)
 	}
 }
