@@ -152,6 +152,20 @@ policies. git-sync publishes each commit as a worktree behind the symlink
 "<root>/repo", swapped atomically; the server watches through it. Both
 containers mount the checkout at /git, so the link resolves the same in each.
 */}}
+{{- define "qn-admission.shadowPolicyDir" -}}
+{{- $shadow := .Values.policies.shadow -}}
+{{- if eq $shadow.source "configMap" -}}
+/etc/qn-webhook/policies-shadow
+{{- else if eq $shadow.source "gitSync" -}}
+{{- $path := trimAll "/" .Values.policies.gitSync.path -}}
+{{- if $path -}}
+{{- printf "/git-shadow/repo/%s" $path -}}
+{{- else -}}
+/git-shadow/repo
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "qn-admission.policyDir" -}}
 {{- if eq .Values.policies.source "configMap" -}}
 /etc/qn-webhook/policies

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/quantumnode/qn-admission/internal/health"
+	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
@@ -52,6 +53,15 @@ type Options struct {
 	PolicyPollInterval time.Duration
 	// DecisionLog is "-" for stdout or a file to append decision lines to.
 	DecisionLog string
+
+	// ShadowPolicyDir holds a candidate policy set judged beside the
+	// served one, off the response path (policies.Shadow); empty: none.
+	ShadowPolicyDir string
+	// ShadowQueue is how many requests may wait for the candidate; more
+	// are dropped and counted.
+	ShadowQueue int
+	// ShadowCPU is the share of one CPU the candidate may use.
+	ShadowCPU float64
 
 	// MaxRequestBytes caps an AdmissionReview body (413 above).
 	MaxRequestBytes int64
@@ -129,6 +139,8 @@ func NewOptions() *Options {
 		PolicyEvalTimeout:    time.Second,
 		PolicyPollInterval:   10 * time.Second,
 		DecisionLog:          "-",
+		ShadowQueue:          policies.DefaultShadowQueue,
+		ShadowCPU:            policies.DefaultShadowCPU,
 		MaxRequestBytes:      webhook.DefaultMaxRequestBytes,
 		MaxRequestElements:   webhook.DefaultMaxRequestElements,
 		MaxConcurrentReviews: webhook.DefaultMaxConcurrentReviews(),
@@ -167,6 +179,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PolicyEvalTimeout, "policy-eval-timeout", o.PolicyEvalTimeout, "Deadline of one policy evaluation; keep it well under the webhook timeoutSeconds.")
 	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events (changes are hot-reloaded).")
 	fs.StringVar(&o.DecisionLog, "decision-log", o.DecisionLog, "Where decision lines go: - for stdout, or a file to append to.")
+	fs.StringVar(&o.ShadowPolicyDir, "shadow-policy-dir", o.ShadowPolicyDir, "A candidate policy directory judged beside the served one on every request, off the response path: disagreements become qn_admission_shadow_disagreements_total and \"shadow disagreement\" decision lines; answers never depend on it. Hot-reloaded like --policy-dir.")
+	fs.IntVar(&o.ShadowQueue, "shadow-queue", o.ShadowQueue, "Most requests waiting for the shadow policy set; more are not judged by it and are counted in qn_admission_shadow_dropped_total.")
+	fs.Float64Var(&o.ShadowCPU, "shadow-cpu", o.ShadowCPU, "Share of one CPU the shadow policy set may use (0 < share <= 1); what it cannot judge in time waits in --shadow-queue.")
 	fs.BoolVar(&o.AllowNetworkBuiltins, "allow-network-builtins", o.AllowNetworkBuiltins, "Let Rego policies call http.send, net.lookup_ip_addr and opa.runtime.")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
 	fs.IntVar(&o.MaxRequestElements, "max-request-elements", o.MaxRequestElements, "Most JSON elements (object members and array items) in one AdmissionReview, counted before decoding; more get 413.")
@@ -220,6 +235,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-request-bytes-in-flight must not be negative, got %d", o.MaxRequestBytesInFlight)
 	case o.MaxRequestBytesInFlight > 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes:
 		return fmt.Errorf("--max-request-bytes-in-flight (%d) must be at least --max-request-bytes (%d), or the largest review could never be read", o.MaxRequestBytesInFlight, o.MaxRequestBytes)
+	case o.ShadowQueue <= 0:
+		return fmt.Errorf("--shadow-queue must be positive, got %d", o.ShadowQueue)
+	case o.ShadowCPU <= 0 || o.ShadowCPU > 1:
+		return fmt.Errorf("--shadow-cpu must be above 0 and at most 1 (a share of one CPU), got %g", o.ShadowCPU)
+	case o.ShadowPolicyDir != "" && o.ShadowPolicyDir == o.PolicyDir:
+		return fmt.Errorf("--shadow-policy-dir is --policy-dir (%s): the candidate would always agree; point it at the proposed set", o.PolicyDir)
 	case o.LogFormat != "json" && o.LogFormat != "text":
 		return fmt.Errorf("--log-format must be json or text, got %q", o.LogFormat)
 	case o.WindowStore != WindowStoreMemory && o.WindowStore != WindowStoreRedis:
