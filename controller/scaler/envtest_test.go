@@ -272,15 +272,71 @@ func (i countingScaleInterface) Update(ctx context.Context, gr schema.GroupResou
 }
 
 // statusConflicts is the reconciler's client, through which a test makes
-// the API server refuse one status write with a conflict: someone labels
+// the API server refuse one status write with a conflict (someone labels
 // the scaler between the poll's read and the status write that follows
-// its write to the target.
+// its write to the target), or makes the cache lag behind that write once
+// (the next read from it returns the scaler as it was before).
 type statusConflicts struct {
 	client.Client
 	direct  client.Client
 	mu      sync.Mutex
 	pending map[string]bool
 	met     map[string]bool
+	lagging map[string]*lag
+}
+
+// lag is one scaler's cache lagging behind the status write after a scale.
+type lag struct {
+	before  *qnv1alpha1.HorizontalQNScaler
+	written bool // the status write after a scale was made
+	served  bool // the stale copy was read
+}
+
+// lagOnce makes the cache lag once in ns.
+func (c *statusConflicts) lagOnce(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lagging == nil {
+		c.lagging = map[string]*lag{}
+	}
+	c.lagging[ns] = &lag{}
+}
+
+// lagged reports whether the stale copy was read in ns.
+func (c *statusConflicts) lagged(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.lagging[ns]
+	return l != nil && l.served
+}
+
+func (c *statusConflicts) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch l := c.lagging[key.Namespace]; {
+	case l == nil || l.served:
+	case !l.written:
+		l.before = sc.DeepCopy()
+	default:
+		l.before.DeepCopyInto(sc)
+		l.served = true
+	}
+	return nil
+}
+
+func (c *statusConflicts) scaleWritten(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.lagging[ns]; l != nil {
+		l.written = true
+	}
 }
 
 // once arms a conflict for the first status write after a scale in ns.
@@ -321,13 +377,20 @@ type conflictingStatusWriter struct {
 }
 
 func (w conflictingStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler); ok && sc.Status.LastScaleTime != nil && w.c.take(sc.Namespace) {
+	sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler)
+	if ok && sc.Status.LastScaleTime != nil && w.c.take(sc.Namespace) {
 		touch := &qnv1alpha1.HorizontalQNScaler{ObjectMeta: metav1.ObjectMeta{Namespace: sc.Namespace, Name: sc.Name}}
 		if err := w.c.direct.Patch(ctx, touch, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"true"}}}`))); err != nil {
 			return fmt.Errorf("label the scaler to make a conflict: %w", err)
 		}
 	}
-	return w.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+	if err := w.SubResourceWriter.Patch(ctx, obj, patch, opts...); err != nil {
+		return err
+	}
+	if ok && sc.Status.LastScaleTime != nil {
+		w.c.scaleWritten(sc.Namespace)
+	}
+	return nil
 }
 
 // startControllerManager runs the real kube-controller-manager with the

@@ -100,6 +100,7 @@ type Reconciler struct {
 	// knows no such index.)
 	scaledObjects client.Reader
 	polls         pollTimes
+	written       statusWrites
 	secrets       *secretCache
 }
 
@@ -221,11 +222,12 @@ func ScalesFor(cfg *rest.Config, mapper meta.RESTMapper) (scale.ScalesGetter, sc
 
 // Reconcile polls one scaler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	s := &qnv1alpha1.HorizontalQNScaler{}
-	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+	s, err := r.read(ctx, req.NamespacedName)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.metrics.forget(req.NamespacedName)
 			r.polls.forget(req.NamespacedName)
+			r.written.forget(req.NamespacedName)
 			r.Prometheus.Forget(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -258,6 +260,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		res.RequeueAfter = max(next.Sub(r.Clock.Now()), 10*time.Millisecond)
 	}
 	return res, nil
+}
+
+// read returns the scaler from the cache, or from the API server while the
+// cache has not shown this controller's last status write of it: the
+// status is the scaler's memory, and a poll deciding on an older one would
+// scale up again inside the cooldown the last poll started.
+func (r *Reconciler) read(ctx context.Context, key types.NamespacedName) (*qnv1alpha1.HorizontalQNScaler, error) {
+	s := &qnv1alpha1.HorizontalQNScaler{}
+	if err := r.Client.Get(ctx, key, s); err != nil {
+		return nil, err
+	}
+	rv, wrote := r.written.get(key)
+	if !wrote || s.ResourceVersion == rv {
+		r.written.forget(key)
+		return s, nil
+	}
+	fresh := &qnv1alpha1.HorizontalQNScaler{}
+	if err := r.APIReader.Get(ctx, key, fresh); err != nil {
+		return nil, err
+	}
+	// The version the cache must reach before it is trusted again (newer
+	// than the write when someone changed the scaler since).
+	r.written.wrote(key, fresh.ResourceVersion)
+	return fresh, nil
 }
 
 // poll reads, decides, writes and records one scaler.
@@ -495,7 +521,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 	updated := s.DeepCopy()
 	updated.Status = *status
 	patch := client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})
-	return r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(FieldManager))
+	if err := r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(FieldManager)); err != nil {
+		return err
+	}
+	r.written.wrote(client.ObjectKeyFromObject(s), updated.ResourceVersion)
+	return nil
 }
 
 // numbers matches the numbers in a reason (values, replicas, seconds, the
@@ -627,6 +657,35 @@ func (p *pollTimes) forget(key types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.last, key)
+}
+
+// statusWrites remembers, per scaler, the resourceVersion of its last
+// status write (or a newer one read since) until the cache shows it.
+type statusWrites struct {
+	mu sync.Mutex
+	rv map[types.NamespacedName]string
+}
+
+func (w *statusWrites) wrote(key types.NamespacedName, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rv == nil {
+		w.rv = map[types.NamespacedName]string{}
+	}
+	w.rv[key] = rv
+}
+
+func (w *statusWrites) get(key types.NamespacedName) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rv, ok := w.rv[key]
+	return rv, ok
+}
+
+func (w *statusWrites) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.rv, key)
 }
 
 // secretCache keeps the Secrets of authSecretRef for a short while, so a

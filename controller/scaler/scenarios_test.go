@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -220,6 +221,32 @@ func TestAStatusWriteThatMeetsAConflictKeepsTheCooldown(t *testing.T) {
 	sc := s.get("web")
 	if sc.Labels["touched"] != "true" || sc.Status.LastScaleUpTime == nil {
 		t.Errorf("labels %v, lastScaleUpTime %v: want the label and the scale-up's time both kept", sc.Labels, sc.Status.LastScaleUpTime)
+	}
+}
+
+// The scaler reads itself from the informer's cache, which can lag behind
+// the status it just wrote (a loaded API server, a slow watch): a poll
+// must not decide on the older status, which lacks the scale-up it made.
+func TestACacheBehindTheLastStatusWriteDoesNotScaleTwice(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	h.conflicts.lagOnce(s.ns)
+	s.startTarget(50, 2)
+	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.ScaleUpCooldownSeconds = int32p(600) }))
+	s.waitForReplicas("web", 4, 15*time.Second)
+	testharness.WaitFor(t, 10*time.Second, "a poll read the scaler as it was before its scale-up", func() error {
+		if !h.conflicts.lagged(s.ns) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // three more polls, the value still above upper
+	if d, _, _ := s.replicas("web"); d != 4 {
+		t.Errorf("%d replicas after a poll read a stale scaler, want 4 (one scale-up, then the 600s cooldown)", d)
+	}
+	if n := h.scales.of(s.ns, "web"); n != 1 {
+		t.Errorf("%d /scale writes, want 1", n)
 	}
 }
 
