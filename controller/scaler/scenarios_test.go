@@ -205,19 +205,11 @@ func TestAStatusWriteThatMeetsAConflictKeepsTheCooldown(t *testing.T) {
 	h := startControlPlane(t)
 	s := h.scenario(t)
 	h.conflicts.once(s.ns)
-	s.startTarget(50, 2)
-	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.ScaleUpCooldownSeconds = int32p(600) }))
-	s.waitForReplicas("web", 4, 15*time.Second)
+	s.scaleUpOnceInALongCooldown()
 	if !h.conflicts.happened(s.ns) {
 		t.Fatal("the status write after the scale-up met no conflict: the test proves nothing")
 	}
-	time.Sleep(5 * time.Second) // five polls, the value still above upper
-	if d, _, _ := s.replicas("web"); d != 4 {
-		t.Errorf("%d replicas five polls after the scale-up to 4, inside a 600s cooldown", d)
-	}
-	if n := h.scales.of(s.ns, "web"); n != 1 {
-		t.Errorf("%d /scale writes, want 1", n)
-	}
+	s.stillOneScaleUp()
 	sc := s.get("web")
 	if sc.Labels["touched"] != "true" || sc.Status.LastScaleUpTime == nil {
 		t.Errorf("labels %v, lastScaleUpTime %v: want the label and the scale-up's time both kept", sc.Labels, sc.Status.LastScaleUpTime)
@@ -232,21 +224,36 @@ func TestACacheBehindTheLastStatusWriteDoesNotScaleTwice(t *testing.T) {
 	h := startControlPlane(t)
 	s := h.scenario(t)
 	h.conflicts.lagOnce(s.ns)
-	s.startTarget(50, 2)
-	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.ScaleUpCooldownSeconds = int32p(600) }))
-	s.waitForReplicas("web", 4, 15*time.Second)
+	s.scaleUpOnceInALongCooldown()
 	testharness.WaitFor(t, 10*time.Second, "a poll read the scaler as it was before its scale-up", func() error {
 		if !h.conflicts.lagged(s.ns) {
 			return errors.New("not yet")
 		}
 		return nil
 	})
-	time.Sleep(3 * time.Second) // three more polls, the value still above upper
+	s.stillOneScaleUp()
+}
+
+// scaleUpOnceInALongCooldown has a scaler take the scenario's Deployment
+// from 2 to 4 replicas on a value that stays above upper, with a
+// scale-up cooldown of 600s.
+func (s *scenario) scaleUpOnceInALongCooldown() {
+	s.t.Helper()
+	s.startTarget(50, 2)
+	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.ScaleUpCooldownSeconds = int32p(600) }))
+	s.waitForReplicas("web", 4, 15*time.Second)
+}
+
+// stillOneScaleUp lets five more polls pass and checks that the scale-up
+// of scaleUpOnceInALongCooldown stayed the only write.
+func (s *scenario) stillOneScaleUp() {
+	s.t.Helper()
+	time.Sleep(5 * time.Second)
 	if d, _, _ := s.replicas("web"); d != 4 {
-		t.Errorf("%d replicas after a poll read a stale scaler, want 4 (one scale-up, then the 600s cooldown)", d)
+		s.t.Errorf("%d replicas five polls after the scale-up to 4, inside its 600s cooldown", d)
 	}
-	if n := h.scales.of(s.ns, "web"); n != 1 {
-		t.Errorf("%d /scale writes, want 1", n)
+	if n := s.h.scales.of(s.ns, "web"); n != 1 {
+		s.t.Errorf("%d /scale writes, want 1", n)
 	}
 }
 
