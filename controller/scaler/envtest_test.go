@@ -18,6 +18,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,7 +57,7 @@ type harness struct {
 	reconciler *Reconciler
 	metrics    *prometheus.Registry
 	scales     *countingScales
-	conflicts  *statusConflicts
+	faults     *faultyClient
 	prom       *promtest.Server
 	exporter   *promtest.Exporter
 	cfg        *rest.Config
@@ -175,9 +176,9 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 		cancel()
 		return nil, nil, err
 	}
-	h.conflicts = &statusConflicts{Client: mgr.GetClient(), direct: direct, pending: map[string]bool{}}
+	h.faults = &faultyClient{Client: mgr.GetClient(), direct: direct, pending: map[string]statusFault{}}
 	h.reconciler = &Reconciler{
-		Client:                  h.conflicts,
+		Client:                  h.faults,
 		Scales:                  h.scales,
 		ScaleKinds:              kinds,
 		Prometheus:              NewPrometheus(2*time.Second, 2),
@@ -271,19 +272,28 @@ func (i countingScaleInterface) Update(ctx context.Context, gr schema.GroupResou
 	return out, err
 }
 
-// statusConflicts is the reconciler's client, through which a test makes
-// the API server refuse one status write with a conflict (someone labels
-// the scaler between the poll's read and the status write that follows
-// its write to the target), or makes the cache lag behind that write once
-// (the next read from it returns the scaler as it was before).
-type statusConflicts struct {
+// faultyClient is the reconciler's client, through which a test makes
+// the status write that follows a write to the target fail once: a
+// conflict from the API server (someone labels the scaler between the
+// poll's read and that write), or the API server unavailable for it; or
+// makes the cache lag behind that write once (the next read from it
+// returns the scaler as it was before).
+type faultyClient struct {
 	client.Client
 	direct  client.Client
 	mu      sync.Mutex
-	pending map[string]bool
+	pending map[string]statusFault
 	met     map[string]bool
 	lagging map[string]*lag
 }
+
+// statusFault is how a status write fails.
+type statusFault int
+
+const (
+	faultConflict statusFault = iota + 1
+	faultUnavailable
+)
 
 // lag is one scaler's cache lagging behind the status write after a scale.
 type lag struct {
@@ -293,7 +303,7 @@ type lag struct {
 }
 
 // lagOnce makes the cache lag once in ns.
-func (c *statusConflicts) lagOnce(ns string) {
+func (c *faultyClient) lagOnce(ns string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lagging == nil {
@@ -303,14 +313,14 @@ func (c *statusConflicts) lagOnce(ns string) {
 }
 
 // lagged reports whether the stale copy was read in ns.
-func (c *statusConflicts) lagged(ns string) bool {
+func (c *faultyClient) lagged(ns string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.lagging[ns]
 	return l != nil && l.served
 }
 
-func (c *statusConflicts) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+func (c *faultyClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
@@ -331,7 +341,7 @@ func (c *statusConflicts) Get(ctx context.Context, key client.ObjectKey, obj cli
 	return nil
 }
 
-func (c *statusConflicts) scaleWritten(ns string) {
+func (c *faultyClient) scaleWritten(ns string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l := c.lagging[ns]; l != nil {
@@ -339,49 +349,55 @@ func (c *statusConflicts) scaleWritten(ns string) {
 	}
 }
 
-// once arms a conflict for the first status write after a scale in ns.
-func (c *statusConflicts) once(ns string) {
+// once arms fault for the first status write after a scale in ns.
+func (c *faultyClient) once(ns string, fault statusFault) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pending[ns] = true
+	c.pending[ns] = fault
 }
 
-// happened reports whether the conflict armed in ns was made.
-func (c *statusConflicts) happened(ns string) bool {
+// happened reports whether the fault armed in ns was made.
+func (c *faultyClient) happened(ns string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.met[ns]
 }
 
-func (c *statusConflicts) take(ns string) bool {
+func (c *faultyClient) take(ns string) statusFault {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.pending[ns] {
-		return false
+	fault := c.pending[ns]
+	if fault == 0 {
+		return 0
 	}
 	delete(c.pending, ns)
 	if c.met == nil {
 		c.met = map[string]bool{}
 	}
 	c.met[ns] = true
-	return true
+	return fault
 }
 
-func (c *statusConflicts) Status() client.SubResourceWriter {
-	return conflictingStatusWriter{SubResourceWriter: c.Client.Status(), c: c}
+func (c *faultyClient) Status() client.SubResourceWriter {
+	return faultyStatusWriter{SubResourceWriter: c.Client.Status(), c: c}
 }
 
-type conflictingStatusWriter struct {
+type faultyStatusWriter struct {
 	client.SubResourceWriter
-	c *statusConflicts
+	c *faultyClient
 }
 
-func (w conflictingStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+func (w faultyStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler)
-	if ok && sc.Status.LastScaleTime != nil && w.c.take(sc.Namespace) {
-		touch := &qnv1alpha1.HorizontalQNScaler{ObjectMeta: metav1.ObjectMeta{Namespace: sc.Namespace, Name: sc.Name}}
-		if err := w.c.direct.Patch(ctx, touch, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"true"}}}`))); err != nil {
-			return fmt.Errorf("label the scaler to make a conflict: %w", err)
+	if ok && sc.Status.LastScaleTime != nil {
+		switch w.c.take(sc.Namespace) {
+		case faultConflict:
+			touch := &qnv1alpha1.HorizontalQNScaler{ObjectMeta: metav1.ObjectMeta{Namespace: sc.Namespace, Name: sc.Name}}
+			if err := w.c.direct.Patch(ctx, touch, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"true"}}}`))); err != nil {
+				return fmt.Errorf("label the scaler to make a conflict: %w", err)
+			}
+		case faultUnavailable:
+			return apierrors.NewServiceUnavailable("the API server is restarting")
 		}
 	}
 	if err := w.SubResourceWriter.Patch(ctx, obj, patch, opts...); err != nil {

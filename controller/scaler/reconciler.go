@@ -495,14 +495,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 		}
 	}
 	err := r.patchStatus(ctx, s, status)
-	if apierrors.IsConflict(err) {
-		// The scaler changed since this poll read it (a label, an
-		// annotation, its spec). The status is still what this poll
-		// observed and did, a write to the target included, whose time
-		// the cooldowns count from: write it onto the newest version
-		// rather than lose it.
+	if retriableStatusError(err) {
+		// The status is the scaler's memory: the write to the target this
+		// poll may have made, whose time the cooldowns count from, must
+		// not be lost. On a conflict the scaler changed since this poll
+		// read it (a label, an annotation, its spec), and the status, still
+		// what this poll observed and did, goes onto the newest version; a
+		// moment's failure of the API server is waited out.
 		key := client.ObjectKeyFromObject(s)
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err = retry.OnError(retry.DefaultBackoff, retriableStatusError, func() error {
 			latest := &qnv1alpha1.HorizontalQNScaler{}
 			if err := r.APIReader.Get(ctx, key, latest); err != nil {
 				return err
@@ -514,6 +515,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 		return fmt.Errorf("write status of HorizontalQNScaler %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
+}
+
+// retriableStatusError: a status write worth making again at once.
+func retriableStatusError(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
 }
 
 // patchStatus replaces s's status with status, on the version s is.

@@ -204,15 +204,32 @@ func TestAStatusWriteThatMeetsAConflictKeepsTheCooldown(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	h.conflicts.once(s.ns)
+	h.faults.once(s.ns, faultConflict)
 	s.scaleUpOnceInALongCooldown()
-	if !h.conflicts.happened(s.ns) {
+	if !h.faults.happened(s.ns) {
 		t.Fatal("the status write after the scale-up met no conflict: the test proves nothing")
 	}
 	s.stillOneScaleUp()
 	sc := s.get("web")
 	if sc.Labels["touched"] != "true" || sc.Status.LastScaleUpTime == nil {
 		t.Errorf("labels %v, lastScaleUpTime %v: want the label and the scale-up's time both kept", sc.Labels, sc.Status.LastScaleUpTime)
+	}
+}
+
+// A status write that fails for a moment (the API server unavailable) is
+// tried again: the scale-up's time is not lost with it.
+func TestAStatusWriteThatFailsForAMomentKeepsTheCooldown(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	h.faults.once(s.ns, faultUnavailable)
+	s.scaleUpOnceInALongCooldown()
+	if !h.faults.happened(s.ns) {
+		t.Fatal("the status write after the scale-up did not fail: the test proves nothing")
+	}
+	s.stillOneScaleUp()
+	if sc := s.get("web"); sc.Status.LastScaleUpTime == nil {
+		t.Errorf("no lastScaleUpTime: status %+v", sc.Status)
 	}
 }
 
@@ -223,10 +240,10 @@ func TestACacheBehindTheLastStatusWriteDoesNotScaleTwice(t *testing.T) {
 	t.Parallel()
 	h := startControlPlane(t)
 	s := h.scenario(t)
-	h.conflicts.lagOnce(s.ns)
+	h.faults.lagOnce(s.ns)
 	s.scaleUpOnceInALongCooldown()
 	testharness.WaitFor(t, 10*time.Second, "a poll read the scaler as it was before its scale-up", func() error {
-		if !h.conflicts.lagged(s.ns) {
+		if !h.faults.lagged(s.ns) {
 			return errors.New("not yet")
 		}
 		return nil
