@@ -193,20 +193,7 @@ func (h *harness) startAudit(t testing.TB, c auditConfig) *auditHarness {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the audit manager stopped with: %v", err)
-		}
-		wg.Wait()
-	})
-	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
-	defer syncCancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		t.Fatal("the audit manager's cache did not sync within a minute")
-	}
+	runManager(t, ctx, cancel, mgr, "audit", wg.Wait)
 	return a
 }
 

@@ -186,6 +186,8 @@ func start() (h *harness, stop func(), err error) {
 		return nil, nil, err
 	}
 	cacheOpts.ByObject[&qnv1alpha1.QuantumNode{}] = cache.ByObject{Label: notAudited}
+	// So are health policies labelled so (the self-healing benchmark's).
+	cacheOpts.ByObject[&qnv1alpha1.QuantumNodeHealthPolicy{}] = cache.ByObject{Label: notAudited}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOpts,
@@ -284,7 +286,7 @@ func (h *harness) createQuantumNode(t testing.TB, ns, name string, change ...fun
 
 // createNode creates a Node and then sets its status through the status
 // subresource, the only way the API server accepts it, as a kubelet would.
-func (h *harness) createNode(t *testing.T, name, arch string, ready bool, labels map[string]string) {
+func (h *harness) createNode(t testing.TB, name, arch string, ready bool, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
@@ -300,7 +302,7 @@ func (h *harness) createNode(t *testing.T, name, arch string, ready bool, labels
 
 // updateNode changes a Node's status through the status subresource,
 // retrying on conflicts with the manager or other tests.
-func (h *harness) updateNode(t *testing.T, name string, change func(*corev1.Node)) {
+func (h *harness) updateNode(t testing.TB, name string, change func(*corev1.Node)) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := &corev1.Node{}
@@ -379,4 +381,26 @@ func testLogger() logr.Logger {
 		return logr.Discard()
 	}
 	return logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// runManager starts a test's own manager, stops it (then runs after, if
+// any) when the test ends, and waits a minute at most for its cache.
+func runManager(t testing.TB, ctx context.Context, cancel context.CancelFunc, mgr ctrl.Manager, what string, after func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the %s manager stopped with: %v", what, err)
+		}
+		if after != nil {
+			after()
+		}
+	})
+	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
+	defer syncCancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		t.Fatalf("the %s manager's cache did not sync within a minute", what)
+	}
 }

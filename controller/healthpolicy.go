@@ -6,6 +6,7 @@ import (
 	"maps"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -51,6 +52,11 @@ func (r *Reconciler) setupSelfHealing(ctx context.Context, mgr ctrl.Manager) (so
 	}
 	if err := indexer.IndexField(ctx, &qnv1alpha1.QuantumNode{}, remediation.InFlightIndex, remediation.InFlightOf); err != nil {
 		return nil, fmt.Errorf("index QuantumNodes by a remediation in flight: %w", err)
+	}
+	for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.ControllerRevision{}} {
+		if err := indexer.IndexField(ctx, obj, remediation.QuantumNodeLabelIndex, remediation.QuantumNodeLabelOf); err != nil {
+			return nil, fmt.Errorf("index %T by label %s: %w", obj, qnv1alpha1.LabelQuantumNode, err)
+		}
 	}
 	var err error
 	if r.selfMetrics, err = newSelfHealMetrics(r.Metrics, mgr.GetCache()); err != nil {

@@ -57,7 +57,7 @@ func (c *cacheCounter) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	list := &qnv1alpha1.QuantumNodeList{}
-	if err := c.reader.List(ctx, list); err != nil {
+	if err := c.reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("list QuantumNodes from the cache: %w", err))
 		return
 	}

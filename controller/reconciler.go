@@ -118,6 +118,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &qnv1alpha1.QuantumNode{}, nodeKeyIndex, nodeKeyOf); err != nil {
 		return fmt.Errorf("index QuantumNodes by the Node they name: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Node{}, nodeLabelIndex, nodeLabelOf); err != nil {
+		return fmt.Errorf("index Nodes by their %s label: %w", qnv1alpha1.NodeLabel, err)
+	}
 	if err := registerReplacing(r.Metrics, newPhaseCollector(mgr.GetCache())); err != nil {
 		return fmt.Errorf("register the QuantumNodes-by-phase gauge: %w", err)
 	}
@@ -148,7 +151,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.Service{}, foreignServiceHandler(r.Client)).
 		Watches(&corev1.Node{}, nodeHandler(r.Client), builder.WithPredicates(nodeFactsChanged())).
 		Watches(&discoveryv1.EndpointSlice{}, endpointSliceHandler(r.Client)).
-		Watches(&qnv1alpha1.QuantumNodeHealthPolicy{}, healthPolicyHandler(r.Client)).
+		Watches(&qnv1alpha1.QuantumNodeHealthPolicy{}, healthPolicyHandler(r.Client), builder.WithPredicates(policyChanged())).
 		WatchesRawSource(healing).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Complete(r)
@@ -166,7 +169,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 // +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes/status,verbs=update;patch
 // +kubebuilder:rbac:groups=qn.dev,resources=quantumnodehealthpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=qn.dev,resources=quantumnodehealthpolicies/status,verbs=update;patch
-// +kubebuilder:rbac:groups=qn.dev,resources=quantumnoderoletables,verbs=get;create;update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
@@ -197,12 +199,14 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Gone: its Service goes with it through the owner reference.
 		if apierrors.IsNotFound(err) {
 			r.quiet.forget(req.NamespacedName)
+			r.forgetHealth(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !qn.DeletionTimestamp.IsZero() {
 		// Being deleted: recreating its Service would only fight the
-		// garbage collector.
+		// garbage collector; checking its ports is pointless.
+		r.forgetHealth(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 
@@ -340,7 +344,7 @@ func (r *Reconciler) findNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) (
 		return r.getNode(ctx, qn.Spec.NodeName)
 	}
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingLabels{qnv1alpha1.NodeLabel: qn.Name}); err != nil {
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{nodeLabelIndex: qn.Name}); err != nil {
 		return nil, fmt.Errorf("list Nodes labelled %s=%s: %w", qnv1alpha1.NodeLabel, qn.Name, err)
 	}
 	switch len(nodes.Items) {
@@ -374,7 +378,7 @@ func (r *Reconciler) boundNode(ctx context.Context, qn *qnv1alpha1.QuantumNode) 
 	}
 	if b.SpecNodeName == "" {
 		nodes := &corev1.NodeList{}
-		if err := r.Client.List(ctx, nodes, client.MatchingLabels{qnv1alpha1.NodeLabel: qn.Name}); err != nil {
+		if err := r.Client.List(ctx, nodes, client.MatchingFields{nodeLabelIndex: qn.Name}); err != nil {
 			return nil, fmt.Errorf("list Nodes labelled %s=%s: %w", qnv1alpha1.NodeLabel, qn.Name, err)
 		}
 		for _, n := range nodes.Items {

@@ -235,6 +235,17 @@ func TestEnvtestTheActiveCheckFollowsARealSocket(t *testing.T) {
 	defer again.Close()
 	serveAccepts(again)
 	h.waitForHealth(t, key, qnv1alpha1.HealthHealthy)
+
+	// A deleted node is no longer checked.
+	if err := h.client.Delete(context.Background(), qn); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted node's checks stop", func() error {
+		if h.reconciler.prober.Results(key) != nil {
+			return fmt.Errorf("still checked")
+		}
+		return nil
+	})
 }
 
 func serveAccepts(ln net.Listener) {

@@ -98,6 +98,13 @@ func (r *Reconciler) selfHeal(ctx context.Context, qn *qnv1alpha1.QuantumNode, n
 	return h, nil
 }
 
+// forgetHealth drops what the leader keeps in memory for a node that is
+// gone: its active checks and its remediation slot.
+func (r *Reconciler) forgetHealth(key types.NamespacedName) {
+	r.prober.Forget(key)
+	r.books.Release(key)
+}
+
 // healthPolicies are every QuantumNodeHealthPolicy, compiled, first by name.
 func (r *Reconciler) healthPolicies(ctx context.Context) ([]health.Selector, error) {
 	list := &qnv1alpha1.QuantumNodeHealthPolicyList{}
@@ -429,7 +436,7 @@ func (r *Reconciler) recordHealth(qn *qnv1alpha1.QuantumNode, from qnv1alpha1.He
 // node's policy asks for it.
 func (r *Reconciler) followRollout(ctx context.Context, qn *qnv1alpha1.QuantumNode, status *qnv1alpha1.QuantumNodeStatus, now time.Time, h *heal) error {
 	list := &appsv1.ControllerRevisionList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(qn.Namespace), client.MatchingLabels{qnv1alpha1.LabelQuantumNode: qn.Name}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(qn.Namespace), client.MatchingFields{remediation.QuantumNodeLabelIndex: qn.Name}); err != nil {
 		return fmt.Errorf("list the revisions of QuantumNode %s/%s: %w", qn.Namespace, qn.Name, err)
 	}
 	revs := make([]*appsv1.ControllerRevision, len(list.Items))

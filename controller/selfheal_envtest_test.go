@@ -11,11 +11,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 )
@@ -137,7 +142,7 @@ func (h *harness) terminating(t *testing.T, ns, pod string) bool {
 }
 
 // setNodeReady flips a Node's Ready condition now.
-func (h *harness) setNodeReady(t *testing.T, name string, ready bool) time.Time {
+func (h *harness) setNodeReady(t testing.TB, name string, ready bool) time.Time {
 	t.Helper()
 	at := time.Now()
 	h.updateNode(t, name, func(n *corev1.Node) { setReady(n, ready) })
@@ -597,4 +602,152 @@ func gaugeValue(t *testing.T, h *harness, name string, want map[string]string) f
 
 func counterValue(t *testing.T, h *harness, name string, want map[string]string) float64 {
 	return metricValue(t, h, name, want)
+}
+
+// TestEnvtestRestartHonoursAPodDisruptionBudget: Restart evicts through
+// the Eviction API, so a budget that allows no disruption (the real
+// disruption controller computes it) holds the Pods; the step says so and
+// retries, and evicts once the budget allows it.
+func TestEnvtestRestartHonoursAPodDisruptionBudget(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	h.startControllerManager(t)
+	ns := h.namespace(t)
+	policy := policyName(t)
+	h.createPolicy(t, policy, func(s *qnv1alpha1.QuantumNodeHealthPolicySpec) {
+		s.Remediation = &qnv1alpha1.RemediationPolicy{Restart: &qnv1alpha1.RestartStep{Timeout: dur(5 * time.Minute)}}
+	})
+	node := nodeName(t, "w1")
+	h.createNode(t, node, "arm64", true, nil)
+	h.createQuantumNode(t, ns, "edge", labelled(policy), func(qn *qnv1alpha1.QuantumNode) { qn.Spec.NodeName = node })
+	key := client.ObjectKey{Namespace: ns, Name: "edge"}
+	serving := h.serve(t, ns, "edge", node, 2)
+	for _, name := range serving {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if err := h.client.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+		if err := h.client.Status().Update(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	two := intstr.FromInt32(2)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "edge"}}},
+	}
+	if err := h.client.Create(context.Background(), pdb); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the disruption controller counts both Pods healthy", func() error {
+		if err := h.client.Get(context.Background(), client.ObjectKeyFromObject(pdb), pdb); err != nil {
+			return err
+		}
+		if pdb.Status.CurrentHealthy != 2 || pdb.Status.ObservedGeneration != pdb.Generation {
+			return fmt.Errorf("status %+v", pdb.Status)
+		}
+		return nil
+	})
+	h.waitForHealth(t, key, qnv1alpha1.HealthHealthy)
+	h.setNodeReady(t, node, false)
+	note := h.waitForEvent(t, ns, "edge", EventRemediationPending)
+	if !strings.Contains(note, "PodDisruptionBudget refused evicting") {
+		t.Errorf("RemediationPending says %q", note)
+	}
+	for _, p := range serving {
+		if h.terminating(t, ns, p) {
+			t.Fatalf("Pod %s was evicted although its budget allows no disruption", p)
+		}
+	}
+	if err := h.client.Delete(context.Background(), pdb); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Pods are evicted once the budget is gone", func() error {
+		for _, p := range serving {
+			if !h.terminating(t, ns, p) {
+				return fmt.Errorf("Pod %s is not terminating", p)
+			}
+		}
+		return nil
+	})
+}
+
+// machineCRD is a stand-in for Cluster API's Machine: only its group,
+// kind and namespaced scope matter to Rebuild.
+func machineCRD() *apiextensionsv1.CustomResourceDefinition {
+	preserve := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "machines.cluster.x-k8s.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "cluster.x-k8s.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "machines", Singular: "machine", Kind: "Machine", ListKind: "MachineList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1beta1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}}}},
+		},
+	}
+}
+
+// TestEnvtestRebuildRecreatesTheServiceAndDeletesTheMachine: the last rung
+// deletes the owned Service (the reconciler creates it anew) and, opted in,
+// the Cluster API Machine the Node names.
+func TestEnvtestRebuildRecreatesTheServiceAndDeletesTheMachine(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	ctx := context.Background()
+	if _, err := envtest.InstallCRDs(h.cfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{machineCRD()}}); err != nil {
+		t.Fatal(err)
+	}
+	ns := h.namespace(t)
+	policy := policyName(t)
+	h.createPolicy(t, policy, func(s *qnv1alpha1.QuantumNodeHealthPolicySpec) {
+		s.Remediation = &qnv1alpha1.RemediationPolicy{Rebuild: &qnv1alpha1.RebuildStep{Timeout: dur(time.Minute), DeleteMachine: true}}
+	})
+	machine := &unstructured.Unstructured{}
+	machine.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta1", Kind: "Machine"})
+	machine.SetNamespace(ns)
+	machine.SetName("edge-machine")
+	if err := h.client.Create(ctx, machine); err != nil {
+		t.Fatal(err)
+	}
+	node := nodeName(t, "w1")
+	h.createNode(t, node, "arm64", true, nil)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	h.update(t, n, func() {
+		n.Annotations = map[string]string{"cluster.x-k8s.io/machine": "edge-machine", "cluster.x-k8s.io/cluster-namespace": ns}
+	})
+	h.createQuantumNode(t, ns, "edge", labelled(policy), func(qn *qnv1alpha1.QuantumNode) { qn.Spec.NodeName = node })
+	key := client.ObjectKey{Namespace: ns, Name: "edge"}
+	h.waitForHealth(t, key, qnv1alpha1.HealthHealthy)
+	svc := &corev1.Service{}
+	if err := h.client.Get(ctx, key, svc); err != nil {
+		t.Fatal(err)
+	}
+	oldUID := svc.UID
+
+	h.setNodeReady(t, node, false)
+	eventually(t, "Rebuild starts", func() error {
+		if r := h.get(t, key).Status.Remediation; r == nil || r.Action != qnv1alpha1.ActionRebuild {
+			return fmt.Errorf("remediation %+v", r)
+		}
+		return nil
+	})
+	eventually(t, "the Machine is deleted and the Service recreated", func() error {
+		err := h.client.Get(ctx, client.ObjectKeyFromObject(machine), machine.DeepCopy())
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Machine: %v", err)
+		}
+		if err := h.client.Get(ctx, key, svc); err != nil {
+			return err
+		}
+		if svc.UID == oldUID {
+			return fmt.Errorf("the Service is the old one")
+		}
+		return nil
+	})
+	if note := h.waitForEvent(t, ns, "edge", EventRemediationStarted); !strings.Contains(strings.Join(h.events(t, ns, "edge")[EventRemediationStarted], "|"), "deleted Machine "+ns+"/edge-machine") {
+		t.Errorf("RemediationStarted says %q", note)
+	}
 }

@@ -45,6 +45,17 @@ func nodeKeyOf(obj client.Object) []string {
 	return keys
 }
 
+// nodeLabelIndex indexes Nodes by their qn.dev/node label, so the Node a
+// QuantumNode is bound to by label is a lookup, not a pass over every Node.
+const nodeLabelIndex = "qn.dev/nodeLabel"
+
+func nodeLabelOf(obj client.Object) []string {
+	if v := obj.GetLabels()[qnv1alpha1.NodeLabel]; v != "" {
+		return []string{v}
+	}
+	return nil
+}
+
 // nodeKeys are the index keys a Node answers to.
 func nodeKeys(node client.Object) []string {
 	keys := []string{"name:" + node.GetName()}
@@ -108,7 +119,7 @@ func healthPolicyHandler(c client.Reader) handler.EventHandler {
 			sel = labels.Nothing()
 		}
 		list := &qnv1alpha1.QuantumNodeList{}
-		if err := c.List(ctx, list); err != nil {
+		if err := c.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 			log.FromContext(ctx).Error(err, "list QuantumNodes for a health policy event", "policy", p.Name)
 			return nil
 		}
@@ -141,6 +152,14 @@ func foreignServiceHandler(c client.Reader) handler.EventHandler {
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(qn)}}
 	})
+}
+
+// policyChanged lets through policy changes that can change a node's
+// health or its ladder: the spec (generation), annotations (the pause) and
+// deletion. The policy's own status, rewritten with every census, is not
+// one: it would requeue every node the policy selects each time.
+func policyChanged() predicate.Predicate {
+	return predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{})
 }
 
 // nodeFactsChanged lets through Node updates that can change a QuantumNode's

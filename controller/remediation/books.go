@@ -84,7 +84,8 @@ func (b *Books) Cached(policy string) (Census, bool) {
 // QuantumNodes, and keeps it.
 func (b *Books) Count(ctx context.Context, policies []health.Selector) (map[string]Census, error) {
 	list := &qnv1alpha1.QuantumNodeList{}
-	if err := b.Reader.List(ctx, list); err != nil {
+	// Read only: no copy of every node per census.
+	if err := b.Reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list QuantumNodes for the census: %w", err)
 	}
 	now := b.now()
@@ -188,6 +189,19 @@ func (b *Books) seed(ctx context.Context, policies []health.Selector) error {
 		}
 	}
 	b.seeded = true
+	return nil
+}
+
+// QuantumNodeLabelIndex is the field index of Pods and ControllerRevisions
+// by their qn.dev/quantumnode label, so a node's serving Pods and
+// revisions are a lookup, not a pass over their namespace.
+const QuantumNodeLabelIndex = "qn.dev/quantumnodeLabel"
+
+// QuantumNodeLabelOf is the index function of QuantumNodeLabelIndex.
+func QuantumNodeLabelOf(obj client.Object) []string {
+	if v := obj.GetLabels()[qnv1alpha1.LabelQuantumNode]; v != "" {
+		return []string{v}
+	}
 	return nil
 }
 

@@ -15,8 +15,7 @@ var controllerManagerOnce sync.Once
 var controllerManagerErr error
 
 // StartControllerManager runs the real kube-controller-manager against the
-// cluster with the namespace controller, the garbage collector and the
-// ValidatingAdmissionPolicy status controller only,
+// cluster with the namespace controller and the garbage collector only,
 // each under its own service account (--use-service-account-credentials),
 // exactly the identities a production control plane deletes with. envtest
 // runs no controllers; tests that need a namespace to finish deleting or an
@@ -32,9 +31,7 @@ func (c *Cluster) StartControllerManager() error {
 			"--kubeconfig", c.Kubeconfig,
 			"--authentication-kubeconfig", c.Kubeconfig,
 			"--authorization-kubeconfig", c.Kubeconfig,
-			// The status controller of ValidatingAdmissionPolicies writes
-			// the API server's type check of a policy (test/vap).
-			"--controllers", "namespace-controller,garbage-collector-controller,validatingadmissionpolicy-status-controller",
+			"--controllers", "namespace-controller,garbage-collector-controller",
 			"--use-service-account-credentials=true",
 			"--leader-elect=false",
 			"--secure-port=0",
