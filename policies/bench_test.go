@@ -73,7 +73,14 @@ func BenchmarkEngineValidateRealtime(b *testing.B) {
 		b.Fatal(err)
 	}
 	clk := clocktesting.NewFakePassiveClock(t0)
-	e := NewEngine(set, EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})})
+	benchmarkValidateRealtime(b, NewEngine(set, EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})}), clk)
+}
+
+// benchmarkValidateRealtime validates the realtime node with e, a second
+// apart on clk, so every change has room in its window.
+func benchmarkValidateRealtime(b *testing.B, e interface {
+	Validate(context.Context, *Input) Decision
+}, clk *clocktesting.FakePassiveClock) {
 	in, _ := benchInput()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -83,6 +90,7 @@ func BenchmarkEngineValidateRealtime(b *testing.B) {
 			b.Fatal(d.Message)
 		}
 	}
+	b.StopTimer()
 }
 
 // BenchmarkEvalPerPackage evaluates each bundled package alone, so a slow
@@ -102,5 +110,66 @@ func BenchmarkEvalPerPackage(b *testing.B) {
 				q.Eval(context.Background(), v)
 			}
 		})
+	}
+}
+
+// benchShadow is the bundled set served on windows that run on a fake
+// clock, and a shadow of the same set beside it.
+func benchShadow(b *testing.B) (*Engine, *Shadow, *clocktesting.FakePassiveClock) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := clocktesting.NewFakePassiveClock(t0)
+	windows := window.NewMemoryStore(clk, window.MemoryOptions{})
+	served := NewEngine(set, EngineOptions{Windows: windows})
+	return served, NewShadow(NewEngine(set, EngineOptions{}), ShadowOptions{Served: served, Windows: windows}), clk
+}
+
+// BenchmarkEngineValidateRealtimeShadowed is BenchmarkEngineValidateRealtime
+// with a shadow set (the same policies) judging every request beside it at
+// its default CPU share: what the served answer pays for the shadow, and how
+// much of the traffic the shadow keeps up with.
+func BenchmarkEngineValidateRealtimeShadowed(b *testing.B) {
+	served, shadow, clk := benchShadow(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = shadow.Run(ctx) }()
+	benchmarkValidateRealtime(b, Shadowed{Served: served, Shadow: shadow}, clk)
+	judged, dropped := shadow.judged.Load(), shadow.dropped.Load()
+	b.ReportMetric(float64(judged)/float64(judged+dropped)*100, "%judged")
+	if n := shadow.disagreed.Load(); n != 0 {
+		b.Fatalf("the same policies disagreed %d times", n)
+	}
+}
+
+// BenchmarkShadowJudge is one judgement of the shadow's worker: the
+// candidate's evaluation through a window view, and the comparison.
+func BenchmarkShadowJudge(b *testing.B) {
+	served, shadow, _ := benchShadow(b)
+	in, _ := benchInput()
+	d := served.Validate(context.Background(), in)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		shadow.judge(context.Background(), &shadowJob{path: PathValidate, in: *in, served: d})
+	}
+}
+
+// BenchmarkShadowSubmit is what the response path pays to hand a request
+// to the shadow: no worker runs, so after the queue fills every call is a
+// drop, the dearer branch (a metric).
+func BenchmarkShadowSubmit(b *testing.B) {
+	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	shadow := NewShadow(NewEngine(set, EngineOptions{}), ShadowOptions{})
+	in, _ := benchInput()
+	d := Allow()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		shadow.Submit(PathValidate, in, d)
 	}
 }

@@ -130,13 +130,9 @@ func checkPatchIndexes(object map[string]any, ops []rego.PatchOp) error {
 // paddedIndexPast walks pointer through doc and returns the first segment
 // that would make json-patch pad an array beyond max, with ok false.
 func paddedIndexPast(doc map[string]any, pointer string, max uint64) (string, bool) {
-	// As json-patch splits it: the first segment is dropped whatever it
-	// holds, so "m/x/999999" pads as "/x/999999" does.
-	split := strings.Split(pointer, "/")
-	if len(split) < 2 {
-		return "", true
-	}
-	parts := split[1:]
+	// json-patch drops whatever precedes the first "/" ("0/a/1" walks a,
+	// then 1), so the walk does too.
+	parts := strings.Split(pointer, "/")[1:]
 	var node any = doc
 	for k, seg := range parts {
 		switch n := node.(type) {

@@ -120,29 +120,46 @@ func (g *memoryGuard) stopOlderThan(t time.Time) {
 	}
 }
 
-// guarded bounds one evaluation: q's deadline, and the memory guard when it
-// runs. done releases both; stoppedForMemory says the guard stopped it.
-func (q *Query) guarded(ctx context.Context) (_ context.Context, done func(), stoppedForMemory func() bool) {
-	var cancel context.CancelFunc
-	if q.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, q.timeout)
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
+// evalBounds is what bounds one evaluation: its context's cancel (nil when
+// nothing needs one) and its entry in the memory guard (nil when the
+// guard does not run). A value, not closures: an evaluation takes a
+// microsecond, and each closure was an allocation on every one.
+type evalBounds struct {
+	cancel context.CancelFunc
+	entry  *guardedEval
+}
+
+// done releases the deadline and the guard's entry.
+func (b evalBounds) done() {
+	guard.untrack(b.entry)
+	if b.cancel != nil {
+		b.cancel()
 	}
-	e := guard.track(cancel)
-	return ctx, func() {
-			guard.untrack(e)
-			cancel()
-		}, func() bool {
-			return e != nil && e.byGuard.Load()
-		}
+}
+
+// stoppedForMemory says the memory guard stopped the evaluation.
+func (b evalBounds) stoppedForMemory() bool { return b.entry != nil && b.entry.byGuard.Load() }
+
+// guarded bounds one evaluation: q's deadline, and the memory guard when it
+// runs. Without either, ctx is used as it is.
+func (q *Query) guarded(ctx context.Context) (context.Context, evalBounds) {
+	var cancel context.CancelFunc
+	switch {
+	case q.timeout > 0:
+		ctx, cancel = context.WithTimeout(ctx, q.timeout)
+	case guard.running.Load():
+		ctx, cancel = context.WithCancel(ctx)
+	default:
+		return ctx, evalBounds{}
+	}
+	return ctx, evalBounds{cancel: cancel, entry: guard.track(cancel)}
 }
 
 // failure is the error of an evaluation that failed with err: the memory
 // guard's, the deadline's, or the policies' own.
-func (q *Query) failure(ctx context.Context, err error, stoppedForMemory func() bool) error {
+func (q *Query) failure(ctx context.Context, err error, bounds evalBounds) error {
 	switch {
-	case stoppedForMemory():
+	case bounds.stoppedForMemory():
 		return fmt.Errorf("%w (it ran %s or more while the heap passed the guard's threshold): %v", ErrEvalMemory, memoryGuardMinAge, err)
 	case topdown.IsCancel(err) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("%w (%s): %v", ErrEvalTimeout, q.timeout, err)

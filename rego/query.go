@@ -210,8 +210,8 @@ func (q *Query) Packages() []string { return q.packages }
 // document). An error means the decision is unknown: the caller applies its
 // on-error policy.
 func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalOption) (Result, error) {
-	ctx, done, stoppedForMemory := q.guarded(ctx)
-	defer done()
+	ctx, bounds := q.guarded(ctx)
+	defer bounds.done()
 	var bindings map[string]any
 	var err error
 	switch {
@@ -225,7 +225,7 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 		bindings, err = q.evalPrepared(ctx, input, opts)
 	}
 	if err != nil {
-		return Result{}, q.failure(ctx, err, stoppedForMemory)
+		return Result{}, q.failure(ctx, err, bounds)
 	}
 	return q.result(bindings)
 }

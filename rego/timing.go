@@ -22,13 +22,13 @@ type PackageTime struct {
 // Eval: meant for requests whose trace is recorded, never the default path.
 // The answer is Eval's.
 func (q *Query) EvalTimed(ctx context.Context, input ast.Value) (Result, []PackageTime, error) {
-	ctx, done, stoppedForMemory := q.guarded(ctx)
-	defer done()
+	ctx, bounds := q.guarded(ctx)
+	defer bounds.done()
 	timer := &packageTimer{}
 	bindings, err := q.evalDirect(ctx, input, timer)
 	timer.close(time.Now())
 	if err != nil {
-		return Result{}, timer.times, q.failure(ctx, err, stoppedForMemory)
+		return Result{}, timer.times, q.failure(ctx, err, bounds)
 	}
 	res, err := q.result(bindings)
 	return res, timer.times, err

@@ -220,13 +220,14 @@ func (h *handler) acquire(ctx context.Context) (release func(), err *requestErro
 	}
 }
 
-// knownRoleOf reads the role table of an Engine's current policy set (the
-// default Decider of a ByKind).
+// knownRoleOf reads the role table of the current policy set of an Engine
+// (or of a Decider that serves one), the default Decider of a ByKind.
 func knownRoleOf(d Decider) func(string) bool {
 	if b, ok := d.(ByKind); ok {
 		d = b.Default
 	}
-	engine, ok := d.(*policies.Engine)
+	// An Engine, or a Decider that serves one (policies.Shadowed).
+	engine, ok := d.(interface{ Current() *policies.Set })
 	if !ok {
 		return func(string) bool { return false }
 	}
@@ -374,17 +375,7 @@ func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d p
 		slog.Int("code", int(d.Code)),
 	)
 	if in != nil && in.Request != nil {
-		r := in.Request
-		attrs = append(attrs,
-			slog.String("uid", field(string(r.UID))),
-			slog.String("user", field(r.UserInfo.Username)),
-			slog.Any("groups", clip.Strings(r.UserInfo.Groups, clip.ListItems, clip.FieldBytes)),
-			slog.String("operation", field(string(r.Operation))),
-			slog.String("kind", field(r.Kind.Group+"/"+r.Kind.Kind)),
-			slog.String("namespace", field(r.Namespace)),
-			slog.String("name", field(r.Name)),
-			slog.Bool("dryRun", r.DryRun != nil && *r.DryRun),
-		)
+		attrs = policies.RequestLogAttrs(attrs, in.Request)
 	}
 	attrs = append(attrs, slog.String("role", field(d.Role)), slog.String("revision", d.Revision))
 	if d.Exempt != "" {

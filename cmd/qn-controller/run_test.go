@@ -120,7 +120,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		"--metrics-bind-address="+metricsAddr,
 		"--health-probe-bind-address="+probeAddr,
 		"--leader-elect", "--leader-election-namespace=qn-system",
-		"--policy-dir="+policyDir, "--quiescence-window=0s",
+		"--policy-dir="+policyDir, "--quiescence-window=0s", "--role-table=qn-admission",
 		"--policy-poll-interval=100ms", "--strict-reload-grace=1s", "--pprof",
 		"--log-format=text")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
@@ -218,6 +218,16 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("conditions %+v", got.Status.Conditions)
+	}))
+	eventually(t, "the role table's policy parameters follow --policy-dir (--role-table)", alive(func() error {
+		rt := &qnv1alpha1.QuantumNodeRoleTable{}
+		if err := c.Get(ctx, client.ObjectKey{Name: "qn-admission"}, rt); err != nil {
+			return err
+		}
+		if rt.Spec.Source != policyDir || rt.Spec.DefaultRole != "default" || len(rt.Spec.Roles) != 1 {
+			return fmt.Errorf("source %s, default %s, roles %v", rt.Spec.Source, rt.Spec.DefaultRole, rt.Spec.RoleNames)
+		}
+		return nil
 	}))
 	// Strict health as qn-webhook's: a broken policy push keeps the last
 	// good set auditing and the replica live and ready, fails strict

@@ -89,7 +89,15 @@ func TestTheAPIServerRefusesDuplicatesAndAnArchChange(t *testing.T) {
 				old["spec"].(map[string]any)["hardware"] = map[string]any{"arch": tt.oldArch}
 				spec["hardware"] = map[string]any{"arch": tt.arch}
 			}
-			errs := schema.validateUpdate(obj, old)
+			errs, cost := schema.validateUpdate(obj, old)
+			// Each expression runs under a per-call limit of
+			// celconfig.PerCallLimit (over it the write fails with a cost
+			// error, not the rule's message); the object under
+			// RuntimeCELCostBudget for all its rules.
+			t.Logf("runtime cost %d (budget %d per object, %d per expression)", cost, celconfig.RuntimeCELCostBudget, celconfig.PerCallLimit)
+			if cost > celconfig.RuntimeCELCostBudget/4 {
+				t.Errorf("the rules cost %d at run time: keep them under a quarter of the API server's budget of %d per object (lower maxItems)", cost, celconfig.RuntimeCELCostBudget)
+			}
 			if tt.want == "" {
 				if len(errs) > 0 {
 					t.Fatalf("want the object admitted, got:\n%v", errs.ToAggregate())

@@ -114,14 +114,15 @@ func (s *objectSchema) validate(obj map[string]any) field.ErrorList {
 
 // validateUpdate returns the errors of the x-kubernetes-validations rules
 // for obj, as an UPDATE from old (transition rules see oldSelf), or as a
-// CREATE when old is nil.
-func (s *objectSchema) validateUpdate(obj, old map[string]any) field.ErrorList {
+// CREATE when old is nil, and the runtime cost the API server charged the
+// object (of its budget of celconfig.RuntimeCELCostBudget).
+func (s *objectSchema) validateUpdate(obj, old map[string]any) (field.ErrorList, int64) {
 	var oldObj any
 	if old != nil {
 		oldObj = old
 	}
-	errs, _ := s.cel.Validate(context.Background(), nil, s.structural, obj, oldObj, celconfig.RuntimeCELCostBudget)
-	return errs
+	errs, remaining := s.cel.Validate(context.Background(), nil, s.structural, obj, oldObj, celconfig.RuntimeCELCostBudget)
+	return errs, celconfig.RuntimeCELCostBudget - remaining
 }
 
 // unknownFields lists the paths the apiserver would prune from obj (and

@@ -17,10 +17,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/scale"
@@ -54,6 +57,7 @@ type harness struct {
 	reconciler *Reconciler
 	metrics    *prometheus.Registry
 	scales     *countingScales
+	faults     *faultyClient
 	prom       *promtest.Server
 	exporter   *promtest.Exporter
 	cfg        *rest.Config
@@ -102,7 +106,10 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 	if err != nil {
 		return nil, nil, err
 	}
-	env, cfg, err := testharness.StartControlPlane(testharness.ControlPlaneOptions{Configure: func(e *envtest.Environment) { e.Scheme = scheme }})
+	env, cfg, err := testharness.StartControlPlane(testharness.ControlPlaneOptions{
+		MoreCRDs:  []*apiextensionsv1.CustomResourceDefinition{scaledObjectCRD()},
+		Configure: func(e *envtest.Environment) { e.Scheme = scheme },
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,7 +171,14 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 		return nil, nil, err
 	}
 	h.scales = &countingScales{ScalesGetter: scales, updates: map[string]int{}}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	h.faults = &faultyClient{Client: mgr.GetClient(), direct: direct, pending: map[string]statusFault{}}
 	h.reconciler = &Reconciler{
+		Client:                  h.faults,
 		Scales:                  h.scales,
 		ScaleKinds:              kinds,
 		Prometheus:              NewPrometheus(2*time.Second, 2),
@@ -199,8 +213,32 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 	return h, stopAll, nil
 }
 
-// countingScales counts /scale writes per target, so a test can show that
-// none was sent (the API server keeps a no-op write invisible).
+// scaledObjectCRD serves KEDA's ScaledObject (its schema left open), so
+// the scaler meets one as it would in a cluster running KEDA: it is
+// served before qn-controller starts.
+func scaledObjectCRD() *apiextensionsv1.CustomResourceDefinition {
+	open := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "scaledobjects.keda.sh"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: ScaledObjectGVK.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "scaledobjects", Singular: "scaledobject", Kind: ScaledObjectGVK.Kind, ListKind: ScaledObjectGVK.Kind + "List"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: ScaledObjectGVK.Version, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &open,
+				}},
+			}},
+		},
+	}
+}
+
+// countingScales counts the /scale writes the API server accepted, per
+// target, so a test can show that none was made (the API server keeps a
+// no-op write invisible). A write refused with a conflict (the target's
+// controller wrote its status in between) changed nothing and is not
+// counted.
 type countingScales struct {
 	scale.ScalesGetter
 	mu      sync.Mutex
@@ -225,10 +263,150 @@ type countingScaleInterface struct {
 }
 
 func (i countingScaleInterface) Update(ctx context.Context, gr schema.GroupResource, s *autoscalingv1.Scale, opts metav1.UpdateOptions) (*autoscalingv1.Scale, error) {
-	i.c.mu.Lock()
-	i.c.updates[i.namespace+"/"+s.Name]++
-	i.c.mu.Unlock()
-	return i.ScaleInterface.Update(ctx, gr, s, opts)
+	out, err := i.ScaleInterface.Update(ctx, gr, s, opts)
+	if err == nil {
+		i.c.mu.Lock()
+		i.c.updates[i.namespace+"/"+s.Name]++
+		i.c.mu.Unlock()
+	}
+	return out, err
+}
+
+// faultyClient is the reconciler's client, through which a test makes
+// the status write that follows a write to the target fail once: a
+// conflict from the API server (someone labels the scaler between the
+// poll's read and that write), or the API server unavailable for it; or
+// makes the cache lag behind that write once (the next read from it
+// returns the scaler as it was before).
+type faultyClient struct {
+	client.Client
+	direct  client.Client
+	mu      sync.Mutex
+	pending map[string]statusFault
+	met     map[string]bool
+	lagging map[string]*lag
+}
+
+// statusFault is how a status write fails.
+type statusFault int
+
+const (
+	faultConflict statusFault = iota + 1
+	faultUnavailable
+)
+
+// lag is one scaler's cache lagging behind the status write after a scale.
+type lag struct {
+	before  *qnv1alpha1.HorizontalQNScaler
+	written bool // the status write after a scale was made
+	served  bool // the stale copy was read
+}
+
+// lagOnce makes the cache lag once in ns.
+func (c *faultyClient) lagOnce(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lagging == nil {
+		c.lagging = map[string]*lag{}
+	}
+	c.lagging[ns] = &lag{}
+}
+
+// lagged reports whether the stale copy was read in ns.
+func (c *faultyClient) lagged(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.lagging[ns]
+	return l != nil && l.served
+}
+
+func (c *faultyClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch l := c.lagging[key.Namespace]; {
+	case l == nil || l.served:
+	case !l.written:
+		l.before = sc.DeepCopy()
+	default:
+		l.before.DeepCopyInto(sc)
+		l.served = true
+	}
+	return nil
+}
+
+func (c *faultyClient) scaleWritten(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.lagging[ns]; l != nil {
+		l.written = true
+	}
+}
+
+// once arms fault for the first status write after a scale in ns.
+func (c *faultyClient) once(ns string, fault statusFault) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending[ns] = fault
+}
+
+// happened reports whether the fault armed in ns was made.
+func (c *faultyClient) happened(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.met[ns]
+}
+
+func (c *faultyClient) take(ns string) statusFault {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fault := c.pending[ns]
+	if fault == 0 {
+		return 0
+	}
+	delete(c.pending, ns)
+	if c.met == nil {
+		c.met = map[string]bool{}
+	}
+	c.met[ns] = true
+	return fault
+}
+
+func (c *faultyClient) Status() client.SubResourceWriter {
+	return faultyStatusWriter{SubResourceWriter: c.Client.Status(), c: c}
+}
+
+type faultyStatusWriter struct {
+	client.SubResourceWriter
+	c *faultyClient
+}
+
+func (w faultyStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler)
+	if ok && sc.Status.LastScaleTime != nil {
+		switch w.c.take(sc.Namespace) {
+		case faultConflict:
+			touch := &qnv1alpha1.HorizontalQNScaler{ObjectMeta: metav1.ObjectMeta{Namespace: sc.Namespace, Name: sc.Name}}
+			if err := w.c.direct.Patch(ctx, touch, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"true"}}}`))); err != nil {
+				return fmt.Errorf("label the scaler to make a conflict: %w", err)
+			}
+		case faultUnavailable:
+			return apierrors.NewServiceUnavailable("the API server is restarting")
+		}
+	}
+	if err := w.SubResourceWriter.Patch(ctx, obj, patch, opts...); err != nil {
+		return err
+	}
+	if ok && sc.Status.LastScaleTime != nil {
+		w.c.scaleWritten(sc.Namespace)
+	}
+	return nil
 }
 
 // startControllerManager runs the real kube-controller-manager with the

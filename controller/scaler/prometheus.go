@@ -290,6 +290,12 @@ func (p *Prometheus) query(ctx context.Context, server Server, query string) (fl
 	}
 	var env apiResponse
 	if err := json.Unmarshal(body, &env); err != nil || env.Status == "" {
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			// An authenticating gateway in front of Prometheus (Prometheus
+			// itself checks no bearer tokens) refused the credentials.
+			return 0, "", &QueryError{Kind: QueryRejected, Msg: fmt.Sprintf("%s refused the query's credentials (HTTP %d %s, %s): put a bearer token it accepts in the Secret of qnMetric.authSecretRef",
+				server.URL, resp.StatusCode, http.StatusText(resp.StatusCode), tokenSent(server))}
+		}
 		return 0, "", &QueryError{Kind: QueryRejected, Msg: fmt.Sprintf("%s answered HTTP %d with a body that is not Prometheus' API (%s): is serverAddress the Prometheus base URL?",
 			server.URL, resp.StatusCode, snippet(body))}
 	}
@@ -344,6 +350,14 @@ func unwrapURLError(err error) error {
 		return ue.Err
 	}
 	return err
+}
+
+// tokenSent says whether a bearer token went with the query.
+func tokenSent(server Server) string {
+	if server.Token == "" {
+		return "no bearer token was sent"
+	}
+	return "a bearer token was sent"
 }
 
 func snippet(b []byte) string {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -38,6 +39,10 @@ import (
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 )
+
+// errTargetChanged: the target's /scale changed between the poll's read
+// and its write (a conflict); the scaler decides again at once.
+var errTargetChanged = errors.New("the target changed between the read and the write of its scale")
 
 // FieldManager names qn-controller in managedFields and events.
 const FieldManager = "qn-controller"
@@ -88,10 +93,15 @@ type Reconciler struct {
 	// again at the latest; it is woken sooner when a slot is its.
 	BusyRetry time.Duration
 
-	metrics            *metrics
-	watchScaledObjects bool
-	polls              pollTimes
-	secrets            *secretCache
+	metrics *metrics
+	// scaledObjects reads KEDA's ScaledObjects from the manager's cache,
+	// where their target index lives; nil when the cluster serves none.
+	// (A client reads unstructured objects from the API server, which
+	// knows no such index.)
+	scaledObjects client.Reader
+	polls         pollTimes
+	written       statusWrites
+	secrets       *secretCache
 }
 
 // Everything the scaler does, for config/rbac/role.yaml (`make rbac`): the
@@ -168,7 +178,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		if err := indexer.IndexField(ctx, u, scaleTargetIndex, scaledObjectTargetKey); err != nil {
 			return fmt.Errorf("index KEDA ScaledObjects by target: %w", err)
 		}
-		r.watchScaledObjects = true
+		r.scaledObjects = mgr.GetCache()
 	}
 	// A scaler waiting for a busy Prometheus is woken when a slot is its.
 	wakeups := make(chan event.GenericEvent, 1024)
@@ -212,11 +222,12 @@ func ScalesFor(cfg *rest.Config, mapper meta.RESTMapper) (scale.ScalesGetter, sc
 
 // Reconcile polls one scaler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	s := &qnv1alpha1.HorizontalQNScaler{}
-	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+	s, err := r.read(ctx, req.NamespacedName)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.metrics.forget(req.NamespacedName)
 			r.polls.forget(req.NamespacedName)
+			r.written.forget(req.NamespacedName)
 			r.Prometheus.Forget(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -233,14 +244,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	res, err := r.poll(ctx, s, spec, now)
-	var next time.Time
-	if !errors.Is(err, ErrServerBusy) {
-		next = r.polls.mark(req.NamespacedName, s, now, interval)
+	switch {
+	case errors.Is(err, ErrServerBusy):
+		return ctrl.Result{RequeueAfter: r.BusyRetry}, nil
+	case errors.Is(err, errTargetChanged):
+		// Not a poll: decide again shortly on what the target holds now.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	next := r.polls.mark(req.NamespacedName, s, now, interval)
 	if err != nil {
-		if errors.Is(err, ErrServerBusy) {
-			return ctrl.Result{RequeueAfter: r.BusyRetry}, nil
-		}
 		r.metrics.errors.WithLabelValues(req.Namespace, req.Name).Inc()
 		return ctrl.Result{}, err
 	}
@@ -248,6 +260,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		res.RequeueAfter = max(next.Sub(r.Clock.Now()), 10*time.Millisecond)
 	}
 	return res, nil
+}
+
+// read returns the scaler from the cache, or from the API server while the
+// cache has not shown this controller's last status write of it: the
+// status is the scaler's memory, and a poll deciding on an older one would
+// scale up again inside the cooldown the last poll started.
+func (r *Reconciler) read(ctx context.Context, key types.NamespacedName) (*qnv1alpha1.HorizontalQNScaler, error) {
+	s := &qnv1alpha1.HorizontalQNScaler{}
+	if err := r.Client.Get(ctx, key, s); err != nil {
+		return nil, err
+	}
+	rv, wrote := r.written.get(key)
+	if !wrote || s.ResourceVersion == rv {
+		r.written.forget(key)
+		return s, nil
+	}
+	fresh := &qnv1alpha1.HorizontalQNScaler{}
+	if err := r.APIReader.Get(ctx, key, fresh); err != nil {
+		return nil, err
+	}
+	// The version the cache must reach before it is trusted again (newer
+	// than the write when someone changed the scaler since).
+	r.written.wrote(key, fresh.ResourceVersion)
+	return fresh, nil
 }
 
 // poll reads, decides, writes and records one scaler.
@@ -324,7 +360,12 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 	}
 	var writeErr error
 	if wantWrite && blocked == "" {
-		if writeErr = updateScale(ctx, r.Scales, s.Namespace, tgt, current, d.Replicas); writeErr != nil {
+		if writeErr = updateScale(ctx, r.Scales, s.Namespace, tgt, current, d.Replicas); apierrors.IsConflict(writeErr) {
+			// The target changed between read and write (its controller
+			// wrote its status): nothing happened worth a condition.
+			return ctrl.Result{}, errTargetChanged
+		}
+		if writeErr != nil {
 			memory = d.Observed
 			blocked = "the write failed: "
 		} else {
@@ -350,11 +391,6 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 	r.record(s, spec, in, d, replicas, after, others, writeErr)
 	r.observe(key, spec, in, d)
 	if writeErr != nil {
-		if apierrors.IsConflict(writeErr) {
-			// The target changed between read and write: decide again on
-			// what it holds now.
-			return ctrl.Result{RequeueAfter: time.Second}, nil
-		}
 		return ctrl.Result{}, fmt.Errorf("write the scale of %s: %w", tgt.describe, writeErr)
 	}
 	if after != replicas {
@@ -458,16 +494,44 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 			return nil
 		}
 	}
+	err := r.patchStatus(ctx, s, status)
+	if retriableStatusError(err) {
+		// The status is the scaler's memory: the write to the target this
+		// poll may have made, whose time the cooldowns count from, must
+		// not be lost. On a conflict the scaler changed since this poll
+		// read it (a label, an annotation, its spec), and the status, still
+		// what this poll observed and did, goes onto the newest version; a
+		// moment's failure of the API server is waited out.
+		key := client.ObjectKeyFromObject(s)
+		err = retry.OnError(retry.DefaultBackoff, retriableStatusError, func() error {
+			latest := &qnv1alpha1.HorizontalQNScaler{}
+			if err := r.APIReader.Get(ctx, key, latest); err != nil {
+				return err
+			}
+			return r.patchStatus(ctx, latest, status)
+		})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("write status of HorizontalQNScaler %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// retriableStatusError: a status write worth making again at once.
+func retriableStatusError(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
+}
+
+// patchStatus replaces s's status with status, on the version s is.
+func (r *Reconciler) patchStatus(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler, status *qnv1alpha1.HorizontalQNScalerStatus) error {
 	updated := s.DeepCopy()
 	updated.Status = *status
 	patch := client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})
 	if err := r.Client.Status().Patch(ctx, updated, patch, client.FieldOwner(FieldManager)); err != nil {
-		if apierrors.IsConflict(err) {
-			// A newer scaler exists; its change polls again.
-			return nil
-		}
-		return fmt.Errorf("write status of HorizontalQNScaler %s/%s: %w", s.Namespace, s.Name, err)
+		return err
 	}
+	r.written.wrote(client.ObjectKeyFromObject(s), updated.ResourceVersion)
 	return nil
 }
 
@@ -526,7 +590,7 @@ func (r *Reconciler) record(s *qnv1alpha1.HorizontalQNScaler, spec *qnv1alpha1.H
 			r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, qnv1alpha1.ScalerReasonConflictingScaler, "Scale", "%s", conflictMessage(s, others))
 		}
 	}
-	if writeErr != nil && !apierrors.IsConflict(writeErr) {
+	if writeErr != nil {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, qnv1alpha1.ScalerReasonFailedUpdateScale, "Scale", "write the scale of %s %s: %v", spec.ScaleTargetRef.Kind, spec.ScaleTargetRef.Name, writeErr)
 	}
 }
@@ -600,6 +664,35 @@ func (p *pollTimes) forget(key types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.last, key)
+}
+
+// statusWrites remembers, per scaler, the resourceVersion of its last
+// status write (or a newer one read since) until the cache shows it.
+type statusWrites struct {
+	mu sync.Mutex
+	rv map[types.NamespacedName]string
+}
+
+func (w *statusWrites) wrote(key types.NamespacedName, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rv == nil {
+		w.rv = map[types.NamespacedName]string{}
+	}
+	w.rv[key] = rv
+}
+
+func (w *statusWrites) get(key types.NamespacedName) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rv, ok := w.rv[key]
+	return rv, ok
+}
+
+func (w *statusWrites) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.rv, key)
 }
 
 // secretCache keeps the Secrets of authSecretRef for a short while, so a

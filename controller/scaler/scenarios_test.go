@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
@@ -143,6 +145,15 @@ func TestBelowLowerScalesDownOnlyAfterTheStabilizationWindow(t *testing.T) {
 	if d := sc.Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionScaleDown || !strings.Contains(d.Reason, "value 2 < lower 5 for ") || !strings.HasSuffix(d.Reason, "-1 replica (4 → 3)") {
 		t.Errorf("lastDecision = %+v", d)
 	}
+	testharness.WaitFor(t, 10*time.Second, "a ScaledDown event", func() error {
+		ev := s.events("web")
+		if !slices.ContainsFunc(ev, func(e string) bool {
+			return strings.HasPrefix(e, "ScaledDown: value 2 < lower 5 for ") && strings.HasSuffix(e, "-1 replica (4 → 3)")
+		}) {
+			return fmt.Errorf("events %q", ev)
+		}
+		return nil
+	})
 	// The next step waits a whole window again.
 	time.Sleep(5 * time.Second)
 	if d, _, _ := s.replicas("web"); d != 3 {
@@ -183,6 +194,84 @@ func TestABurstThatCrossesUpperAndBackWithinTheCooldownScalesUpOnce(t *testing.T
 		}
 		return nil
 	})
+}
+
+// The status is the scaler's memory: a status write the API server
+// refuses with a conflict (someone labelled the scaler between the poll's
+// read and its write) must not lose the time of the scale-up it records,
+// or the next poll would scale up again inside the cooldown.
+func TestAStatusWriteThatMeetsAConflictKeepsTheCooldown(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	h.faults.once(s.ns, faultConflict)
+	s.scaleUpOnceInALongCooldown()
+	if !h.faults.happened(s.ns) {
+		t.Fatal("the status write after the scale-up met no conflict: the test proves nothing")
+	}
+	s.stillOneScaleUp()
+	sc := s.get("web")
+	if sc.Labels["touched"] != "true" || sc.Status.LastScaleUpTime == nil {
+		t.Errorf("labels %v, lastScaleUpTime %v: want the label and the scale-up's time both kept", sc.Labels, sc.Status.LastScaleUpTime)
+	}
+}
+
+// A status write that fails for a moment (the API server unavailable) is
+// tried again: the scale-up's time is not lost with it.
+func TestAStatusWriteThatFailsForAMomentKeepsTheCooldown(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	h.faults.once(s.ns, faultUnavailable)
+	s.scaleUpOnceInALongCooldown()
+	if !h.faults.happened(s.ns) {
+		t.Fatal("the status write after the scale-up did not fail: the test proves nothing")
+	}
+	s.stillOneScaleUp()
+	if sc := s.get("web"); sc.Status.LastScaleUpTime == nil {
+		t.Errorf("no lastScaleUpTime: status %+v", sc.Status)
+	}
+}
+
+// The scaler reads itself from the informer's cache, which can lag behind
+// the status it just wrote (a loaded API server, a slow watch): a poll
+// must not decide on the older status, which lacks the scale-up it made.
+func TestACacheBehindTheLastStatusWriteDoesNotScaleTwice(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	h.faults.lagOnce(s.ns)
+	s.scaleUpOnceInALongCooldown()
+	testharness.WaitFor(t, 10*time.Second, "a poll read the scaler as it was before its scale-up", func() error {
+		if !h.faults.lagged(s.ns) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	s.stillOneScaleUp()
+}
+
+// scaleUpOnceInALongCooldown has a scaler take the scenario's Deployment
+// from 2 to 4 replicas on a value that stays above upper, with a
+// scale-up cooldown of 600s.
+func (s *scenario) scaleUpOnceInALongCooldown() {
+	s.t.Helper()
+	s.startTarget(50, 2)
+	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Spec.ScaleUpCooldownSeconds = int32p(600) }))
+	s.waitForReplicas("web", 4, 15*time.Second)
+}
+
+// stillOneScaleUp lets five more polls pass and checks that the scale-up
+// of scaleUpOnceInALongCooldown stayed the only write.
+func (s *scenario) stillOneScaleUp() {
+	s.t.Helper()
+	time.Sleep(5 * time.Second)
+	if d, _, _ := s.replicas("web"); d != 4 {
+		s.t.Errorf("%d replicas five polls after the scale-up to 4, inside its 600s cooldown", d)
+	}
+	if n := s.h.scales.of(s.ns, "web"); n != 1 {
+		s.t.Errorf("%d /scale writes, want 1", n)
+	}
 }
 
 func TestPrometheusStoppedReportsTheMetricThenAppliesTheFallback(t *testing.T) {
@@ -436,6 +525,44 @@ func TestAnotherAutoscalerOfTheTargetIsReportedNotFought(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A KEDA ScaledObject of the target (its scaleTargetRef names only the
+// Deployment, as KEDA's defaults allow) holds the scaler back until it is
+// gone.
+func TestAKEDAScaledObjectOfTheTargetIsReportedNotFought(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	s.startTarget(50, 2)
+	scaledObject := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": ScaledObjectGVK.GroupVersion().String(), "kind": ScaledObjectGVK.Kind,
+		"metadata": map[string]any{"namespace": s.ns, "name": "web-keda"},
+		"spec":     map[string]any{"scaleTargetRef": map[string]any{"name": "web"}, "maxReplicaCount": int64(5)},
+	}}
+	s.create(scaledObject)
+	s.create(s.scaler())
+	sc := s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, qnv1alpha1.ScalerReasonConflictingScaler, 10*time.Second)
+	if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.HasPrefix(c.Message, "ScaledObject web-keda also scale Deployment web") {
+		t.Errorf("AbleToScale message %q", c.Message)
+	}
+	testharness.WaitFor(t, 10*time.Second, "a ConflictingScaler event", func() error {
+		ev := s.events("web")
+		if !slices.ContainsFunc(ev, func(e string) bool {
+			return strings.HasPrefix(e, "ConflictingScaler: ScaledObject web-keda also scale")
+		}) {
+			return fmt.Errorf("events %q", ev)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	if n := h.scales.of(s.ns, "web"); n != 0 {
+		t.Fatalf("%d /scale writes while a ScaledObject scales the target", n)
+	}
+	if err := h.client.Delete(context.Background(), scaledObject); err != nil {
+		t.Fatal(err)
+	}
+	s.waitForReplicas("web", 4, 15*time.Second)
 }
 
 // A bad spec is refused by the API server itself, naming the field, through

@@ -70,7 +70,7 @@ func getScale(ctx context.Context, scales scale.ScalesGetter, namespace string, 
 	case apierrors.IsNotFound(err):
 		return nil, &targetError{reason: qnv1alpha1.ScalerReasonTargetNotFound, msg: fmt.Sprintf("%s not found in namespace %s: create it or fix scaleTargetRef; the scaler retries every poll", t.describe, namespace)}
 	case apierrors.IsForbidden(err):
-		return nil, &targetError{reason: qnv1alpha1.ScalerReasonFailedGetScale, msg: fmt.Sprintf("qn-controller may not read the scale of %s (%v): add %s/scale to its RBAC (chart value scaler.scaleGroups)", t.describe, err, t.resource)}
+		return nil, &targetError{reason: qnv1alpha1.ScalerReasonFailedGetScale, msg: fmt.Sprintf("qn-controller may not read the scale of %s (%v): add %s/scale to its RBAC (the chart's controller.scaler.scaleGroups lists the groups)", t.describe, err, t.resource)}
 	case apierrors.IsMethodNotSupported(err):
 		return nil, &targetError{reason: qnv1alpha1.ScalerReasonInvalidTarget, msg: fmt.Sprintf("%s has no /scale subresource: %v", t.describe, err)}
 	}

@@ -331,3 +331,54 @@ func metaOf(obj map[string]any) any {
 	}
 	return obj["metadata"]
 }
+
+// The largest requests the API server lets through leave the policy
+// answering, never failing (a failure would answer by failurePolicy): an
+// annotation of 250 KiB (the API server caps all of them at 256 KiB), a
+// requester in 2,000 groups, and every kind of refusal message over them.
+func TestTheLargestRequestsDoNotMakeThePolicyFail(t *testing.T) {
+	set := load(t, policyDir(t, map[string]string{"roles.yaml": wideTable}))
+	compiled, err := vap.Compile(set, vap.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, problems := compileForAPIServer(t, compiled, environment.DefaultCompatibilityVersion(), environment.StoredExpressions)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	groups := []string{"system:authenticated"}
+	for i := range 2000 {
+		groups = append(groups, fmt.Sprintf("team-%04d", i))
+	}
+	huge := strings.Repeat("9", 250<<10)
+	engine := policies.NewEngine(set, policies.EngineOptions{})
+	for name, r := range map[string]request{
+		"a 250 KiB latency budget": {op: admission.Create, user: "carol", groups: []string{"qn:realtime-operators"}, namespace: "edge",
+			object: node("edge-1", map[string]string{"qn-role": "realtime", "qn.dev/latency-budget-ms": huge}, map[string]string{"topology.kubernetes.io/zone": "cn-shanghai"})},
+		"a 250 KiB number with a point": {op: admission.Create, user: "carol", groups: []string{"qn:realtime-operators"}, namespace: "edge",
+			object: node("edge-1", map[string]string{"qn-role": "realtime", "qn.dev/latency-budget-ms": "1." + huge}, map[string]string{"topology.kubernetes.io/zone": "cn-shanghai"})},
+		"2,000 groups, refused as a requester": {op: admission.Create, user: "dave", groups: groups, namespace: "edge",
+			object: node("edge-1", map[string]string{"qn-role": "realtime"}, nil)},
+		"2,000 groups, refused a deletion": {op: admission.Delete, user: "dave", groups: groups, namespace: "edge",
+			old: node("edge-1", map[string]string{"qn-role": "realtime"}, nil)},
+		"a 250 KiB role name": {op: admission.Create, user: "dave", groups: groups, namespace: "edge",
+			object: node("edge-1", map[string]string{"qn-role": huge}, nil)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := p.judge(t, r)
+			if len(got.errors) > 0 {
+				t.Fatalf("the policy failed: %v", got.errors)
+			}
+			want := engine.Validate(context.Background(), engineInput(r))
+			if got.denied != !want.Allowed {
+				t.Fatalf("the API server denied=%v (%.200s), the webhook allowed=%v (%.200s)", got.denied, got.message, want.Allowed, want.Message)
+			}
+			for _, v := range compiled.Policy.Spec.Validations {
+				if got.denied && got.message == v.Message {
+					t.Errorf("the API server fell back to the static message %q: the message expression's was too long or failed", got.message)
+				}
+			}
+			t.Logf("%.300s", got.message)
+		})
+	}
+}

@@ -34,6 +34,9 @@ import (
 type apiServerPolicy struct {
 	validator validating.Validator
 	params    runtime.Object
+	// validations and messages are the validator's two condition
+	// evaluators, kept to measure what a request costs (runtimeCost).
+	validations, messages plugincel.ConditionEvaluator
 }
 
 // compileForAPIServer compiles r's policy in the CEL environment of
@@ -79,17 +82,19 @@ func compileForAPIServer(t testing.TB, r *vap.Result, v *version.Version, mode e
 		messages = append(messages, ma)
 	}
 	matcher := matchconditions.NewMatcher(compiler.CompileCondition(matchAccessors, withAuthz, mode), p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	validationConditions := compiler.CompileCondition(validations, withAuthz, mode)
+	messageConditions := compiler.CompileCondition(messages, withoutAuthz, mode)
 	validator := validating.NewValidator(
-		compiler.CompileCondition(validations, withAuthz, mode),
+		validationConditions,
 		matcher,
 		compiler.CompileCondition(nil, withAuthz, mode),
-		compiler.CompileCondition(messages, withoutAuthz, mode),
+		messageConditions,
 		p.Spec.FailurePolicy, nil)
 	params, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r.Params)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &apiServerPolicy{validator: validator, params: &unstructured.Unstructured{Object: params}}, problems
+	return &apiServerPolicy{validator: validator, params: &unstructured.Unstructured{Object: params}, validations: validationConditions, messages: messageConditions}, problems
 }
 
 // request is one QuantumNode write as the API server admits it.
@@ -112,6 +117,56 @@ type verdict struct {
 
 func (p *apiServerPolicy) judge(t testing.TB, r request) verdict {
 	t.Helper()
+	versioned, ns := r.attributes()
+	res := p.validator.Validate(context.Background(), qnv1alpha1.GroupVersionResource, versioned, p.params, ns, celconfig.RuntimeCELCostBudget, nil)
+	var v verdict
+	for _, d := range res.Decisions {
+		if d.Evaluation == validating.EvalError {
+			v.errors = append(v.errors, d.Message)
+		}
+		if d.Action == validating.ActionDeny && !v.denied {
+			v.denied, v.message = true, d.Message
+		}
+	}
+	return v
+}
+
+// runtimeCost is what r costs the policy's CEL in the API server's units,
+// as its validator charges it: the validations (with the variables they
+// read) against the request's budget of celconfig.RuntimeCELCostBudget,
+// then the message expressions, which the validator evaluates for every
+// request, from what remains. The match conditions run before, on their
+// own budget. An error is an expression the API server would fail (over
+// celconfig.PerCallLimit, or out of budget): the policy's failurePolicy
+// then answers.
+func (p *apiServerPolicy) runtimeCost(r request) (validations, messages int64, err error) {
+	versioned, ns := r.attributes()
+	req := plugincel.CreateAdmissionRequest(versioned.Attributes, metav1.GroupVersionResource(qnv1alpha1.GroupVersionResource), metav1.GroupVersionKind(qnv1alpha1.GroupVersionKind))
+	nsObject := plugincel.CreateNamespaceObject(ns)
+	budget := int64(celconfig.RuntimeCELCostBudget)
+	for i, step := range []struct {
+		conditions plugincel.ConditionEvaluator
+		cost       *int64
+	}{{p.validations, &validations}, {p.messages, &messages}} {
+		results, remaining, err := step.conditions.ForInput(context.Background(), versioned, req, plugincel.OptionalVariableBindings{VersionedParams: p.params}, nsObject, budget)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, res := range results {
+			// A message expression of a validation that passed may fail
+			// (it reads the refusal there is none of): the validator
+			// never reads it. Running out of budget fails either.
+			if res.Error != nil && (i == 0 || strings.Contains(res.Error.Error(), "cost") || strings.Contains(res.Error.Error(), "budget")) {
+				return 0, 0, fmt.Errorf("%q: %w", res.ExpressionAccessor.GetExpression(), res.Error)
+			}
+		}
+		*step.cost, budget = budget-remaining, remaining
+	}
+	return validations, messages, nil
+}
+
+// attributes is r as the API server's admission plugins see it.
+func (r request) attributes() (*admission.VersionedAttributes, *corev1.Namespace) {
 	gvk := qnv1alpha1.GroupVersionKind
 	gvr := qnv1alpha1.GroupVersionResource
 	var obj, old runtime.Object
@@ -127,17 +182,7 @@ func (p *apiServerPolicy) judge(t testing.TB, r request) verdict {
 	attrs := admission.NewAttributesRecord(obj, old, gvk, r.namespace, name, gvr, "", r.op, nil, false, &user.DefaultInfo{Name: r.user, Groups: r.groups})
 	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedObject: obj, VersionedOldObject: old, VersionedKind: gvk}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.namespace, Labels: map[string]string{"kubernetes.io/metadata.name": r.namespace}}}
-	res := p.validator.Validate(context.Background(), gvr, versioned, p.params, ns, celconfig.RuntimeCELCostBudget, nil)
-	var v verdict
-	for _, d := range res.Decisions {
-		if d.Evaluation == validating.EvalError {
-			v.errors = append(v.errors, d.Message)
-		}
-		if d.Action == validating.ActionDeny && !v.denied {
-			v.denied, v.message = true, d.Message
-		}
-	}
-	return v
+	return versioned, ns
 }
 
 // node is a valid QuantumNode in namespace edge with the given annotations

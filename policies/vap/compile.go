@@ -41,8 +41,11 @@ type Options struct {
 	// namespaceSelector excludes them; [kube-system] when nil.
 	ExcludeNamespaces []string
 	// FailurePolicy applies when the policy cannot be evaluated (its
-	// parameters' kind is not served, an expression fails); Fail when
-	// empty, like the webhook's for QuantumNodes.
+	// parameters' kind is not served, say after an upgrade that did not
+	// apply the new CRD); Ignore when empty: the policy is a safety net
+	// beside the webhook, and refusing then would refuse every QuantumNode
+	// write, the namespace controller's deletions among them. No request
+	// can make its expressions fail (policies/vap's tests).
 	FailurePolicy admissionregistrationv1.FailurePolicyType
 	// Source names the policy directory in the parameters ("bundled" or a
 	// path).
@@ -80,7 +83,7 @@ func Compile(set *policies.Set, opts Options) (*Result, error) {
 		opts.ExcludeNamespaces = []string{"kube-system"}
 	}
 	if opts.FailurePolicy == "" {
-		opts.FailurePolicy = admissionregistrationv1.Fail
+		opts.FailurePolicy = admissionregistrationv1.Ignore
 	}
 	t := set.Roles
 	c := &compiler{set: set, limits: &limitCheck{}}

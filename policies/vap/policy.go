@@ -32,7 +32,9 @@ var variables = []variable{
 	{"user", `request.userInfo.username`},
 	{"groups", `has(request.userInfo.groups) ? request.userInfo.groups : []`},
 	// requester names who asks, as the webhook's messages do.
-	{"requester", `'user ' + strings.quote(variables.user) + (variables.groups.size() > 0 ? ' (groups ' + variables.groups.join(', ') + ')' : '')`},
+	// A message is at most 5 KiB, or the API server drops it: a requester
+	// in more than 20 groups is named with their number.
+	{"requester", `'user ' + strings.quote(variables.user) + (variables.groups.size() == 0 ? '' : variables.groups.size() <= 20 ? ' (groups ' + variables.groups.join(', ') + ')' : ' (in ' + string(variables.groups.size()) + ' groups)')`},
 	// The role the new object names, or the default; the role the stored
 	// object names (UPDATE, DELETE), or the default. An empty annotation
 	// names the default, as in the webhook.
@@ -49,7 +51,7 @@ var variables = []variable{
 	// role's enforcement decides (a role in warn or dryrun mode only warns,
 	// in the webhook), "always" for an unknown role.
 	{"entryRefusal", `!variables.newKnown ? ` +
-		`[variables.newRole, string('annotation ` + policies.RoleAnnotation + `=' + strings.quote(variables.newRole) + ' names no known role; known roles: ' + variables.table.roleNames.join(', ')), 'always'] : ` +
+		`[variables.newRole, string('annotation ` + policies.RoleAnnotation + `=' + strings.quote(variables.newRole.size() > 64 ? variables.newRole.substring(0, 64) + '…' : variables.newRole) + ' names no known role; known roles: ' + variables.table.roleNames.join(', ')), 'always'] : ` +
 		`!(request.operation in variables.newSpec.operations) ? ` +
 		`[variables.newRole, string('role ' + strings.quote(variables.newRole) + ' may not ' + request.operation.lowerAscii() + ' ` + qnv1alpha1.Kind + `; it may ' + variables.newSpec.operations.join(', ')), 'role'] : ` +
 		`!variables.newRequesterAdmitted ? ` +

@@ -121,7 +121,7 @@ func BenchmarkPeek(b *testing.B) {
 
 // redisBenchStore is a RedisStore on a fresh redis-server on loopback,
 // configured as qn-webhook's.
-func redisBenchStore(b *testing.B, clk clock.PassiveClock) (*RedisStore, *redis.Client) {
+func redisBenchStore(b *testing.B, clk clock.PassiveClock) (*RedisStore, redis.UniversalClient) {
 	srv := redistest.Start(b)
 	c, err := NewRedisClient(RedisConfig{Address: srv.Addr})
 	if err != nil {
@@ -267,7 +267,7 @@ func BenchmarkRedisMemoryPer10kUsers(b *testing.B) {
 	}
 }
 
-func usedMemory(b *testing.B, c *redis.Client) int64 {
+func usedMemory(b *testing.B, c redis.UniversalClient) int64 {
 	info, err := c.Info(context.Background(), "memory").Result()
 	if err != nil {
 		b.Fatal(err)

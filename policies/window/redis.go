@@ -3,18 +3,13 @@ package window
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	_ "embed" // the Lua scripts
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -250,98 +245,4 @@ func stateOf(limit Limit, count, retryMicros int64) State {
 		st.RetryAfter = time.Duration(retryMicros) * time.Microsecond
 	}
 	return st
-}
-
-// RedisConfig is how qn-webhook reaches Redis: flags and chart values map
-// onto it one to one.
-type RedisConfig struct {
-	// Address is host:port of a single Redis (or of a proxy in front of
-	// a replicated one).
-	Address string
-	// PasswordFile, when set, holds the password (a mounted Secret). It
-	// is read again whenever a connection is made, so a rotated Secret
-	// needs no restart.
-	PasswordFile string
-	// TLS connects with TLS 1.2 or later, verifying the server against
-	// TLSCAFile or else the system roots.
-	TLS       bool
-	TLSCAFile string
-	// Timeout bounds dialing, so a Redis that does not accept connections
-	// costs a request no more than its window deadline.
-	Timeout time.Duration
-}
-
-// NewRedisClient builds a client for cfg whose every call honours its
-// context's deadline (go-redis ignores it by default and waits for its own
-// 3 s read timeout), so the Guard's deadline is the longest a request waits.
-func NewRedisClient(cfg RedisConfig) (*redis.Client, error) {
-	if cfg.Address == "" {
-		return nil, fmt.Errorf("redis: no address; set --redis-address host:port")
-	}
-	timeout := cfg.Timeout
-	if timeout <= 0 {
-		timeout = DefaultStoreTimeout
-	}
-	opts := &redis.Options{
-		Addr:                  cfg.Address,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		PoolTimeout:           timeout,
-		// A retry is safe (a retried uid takes no second slot) and stays
-		// inside the caller's deadline.
-		MaxRetries:      2,
-		MinRetryBackoff: time.Millisecond,
-		MaxRetryBackoff: 10 * time.Millisecond,
-		// Connections kept open, so a burst after a quiet spell does not
-		// dial (and handshake) under the request's deadline.
-		MinIdleConns:    2,
-		DisableIdentity: true,
-	}
-	if cfg.PasswordFile != "" {
-		if _, err := readPassword(cfg.PasswordFile); err != nil {
-			return nil, err
-		}
-		var mu sync.Mutex
-		last := ""
-		opts.CredentialsProvider = func() (string, string) {
-			mu.Lock()
-			defer mu.Unlock()
-			if p, err := readPassword(cfg.PasswordFile); err == nil {
-				last = p
-			}
-			return "", last
-		}
-	}
-	if cfg.TLS {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if host, _, err := net.SplitHostPort(cfg.Address); err == nil {
-			tc.ServerName = host
-		}
-		if cfg.TLSCAFile != "" {
-			pem, err := os.ReadFile(cfg.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("redis TLS CA: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("redis TLS CA %s: no PEM certificate in it", cfg.TLSCAFile)
-			}
-			tc.RootCAs = pool
-		}
-		opts.TLSConfig = tc
-	} else if cfg.TLSCAFile != "" {
-		return nil, fmt.Errorf("redis: a TLS CA file (%s) is set but TLS is off; add --redis-tls", cfg.TLSCAFile)
-	}
-	return redis.NewClient(opts), nil
-}
-
-func readPassword(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("redis password file: %w", err)
-	}
-	// A Secret written by hand often ends in a newline the password lacks.
-	return strings.TrimRight(string(b), "\r\n"), nil
 }

@@ -19,7 +19,7 @@ import (
 
 // newRedisStore is a RedisStore on a fresh real redis-server, with the
 // server's clock unless clk is set.
-func newRedisStore(t *testing.T, clk *clocktesting.FakeClock) (*RedisStore, *redis.Client) {
+func newRedisStore(t *testing.T, clk *clocktesting.FakeClock) (*RedisStore, redis.UniversalClient) {
 	t.Helper()
 	srv := redistest.Start(t)
 	c := redisClient(t, srv)

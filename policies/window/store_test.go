@@ -53,7 +53,7 @@ func forEachStore(t *testing.T, spec func(t *testing.T, sut storeUnderTest)) {
 
 // redisClient is a client of srv configured as qn-webhook's, closed when
 // the test ends.
-func redisClient(t testing.TB, srv *redistest.Server) *redis.Client {
+func redisClient(t testing.TB, srv *redistest.Server) redis.UniversalClient {
 	c, err := NewRedisClient(RedisConfig{Address: srv.Addr, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func entriesHeld(t *testing.T, s Store, key string) int {
 		}
 		return 0
 	case *RedisStore:
-		n, err := s.client.(*redis.Client).ZCard(context.Background(), s.Key(key)).Result()
+		n, err := s.client.(redis.Cmdable).ZCard(context.Background(), s.Key(key)).Result()
 		if err != nil {
 			t.Fatalf("ZCARD %s: %v", s.Key(key), err)
 		}

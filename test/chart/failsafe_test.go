@@ -330,7 +330,8 @@ func TestDefaultsAreFailSafe(t *testing.T) {
 		},
 		"everything namespaced lands in the release namespace": func(t *testing.T) {
 			clusterScoped := map[string]bool{"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true,
-				"ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true}
+				"ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true,
+				"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true, "QuantumNodeRoleTable": true}
 			for _, obj := range rel.Objects {
 				if clusterScoped[obj.GetKind()] {
 					if obj.GetNamespace() != "" {

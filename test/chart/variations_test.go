@@ -206,6 +206,69 @@ var variations = map[string]struct {
 			}
 		},
 	},
+	"a shadow set from a ConfigMap you manage: mounted read-only and passed as --shadow-policy-dir": {
+		values: "policies: {shadow: {source: configMap, configMapName: candidate-policies, cpu: 0.5}}",
+		check: func(t *testing.T, rel *Release) {
+			spec := &webhookDeployment(t, rel).Spec.Template.Spec
+			c := container(t, spec, "qn-webhook")
+			m := mountOf(c, "policies-shadow")
+			if m == nil || !m.ReadOnly {
+				t.Fatalf("policies-shadow mount %+v", m)
+			}
+			if v, _ := flag(c.Args, "shadow-policy-dir"); v != m.MountPath {
+				t.Errorf("--shadow-policy-dir=%s, want the mount %s", v, m.MountPath)
+			}
+			if v, _ := flag(c.Args, "shadow-cpu"); v != "0.5" {
+				t.Errorf("--shadow-cpu=%s", v)
+			}
+			if v := volume(t, spec, "policies-shadow").ConfigMap; v == nil || v.Name != "candidate-policies" {
+				t.Errorf("policies-shadow volume %+v", v)
+			}
+			if _, ok := flag(c.Args, "policy-dir"); ok {
+				t.Errorf("the served set is still the bundled one: no --policy-dir, got %v", c.Args)
+			}
+		},
+	},
+	"a shadow set from Git: a second git-sync sidecar at the candidate ref that qn-webhook never waits for": {
+		values: "policies: {source: gitSync, gitSync: {repo: 'https://git.example.com/ops/qn-policies.git', ref: main, path: policies}, shadow: {source: gitSync, gitSync: {ref: candidate}}}",
+		check: func(t *testing.T, rel *Release) {
+			spec := &webhookDeployment(t, rel).Spec.Template.Spec
+			if len(spec.InitContainers) != 2 {
+				t.Fatalf("want two git-sync sidecars, got %d init containers", len(spec.InitContainers))
+			}
+			served, shadow := container(t, spec, "git-sync"), container(t, spec, "git-sync-shadow")
+			if shadow.StartupProbe != nil {
+				t.Errorf("the shadow's git-sync has a startupProbe: a candidate ref that never syncs would hold qn-webhook back")
+			}
+			if served.StartupProbe == nil {
+				t.Errorf("the served git-sync lost its startupProbe")
+			}
+			for f, want := range map[string]string{"repo": "https://git.example.com/ops/qn-policies.git", "ref": "candidate", "root": "/git-shadow", "link": "repo"} {
+				if v, _ := flag(shadow.Args, f); v != want {
+					t.Errorf("git-sync-shadow --%s=%s, want %s", f, v, want)
+				}
+			}
+			if v, _ := flag(served.Args, "ref"); v != "main" {
+				t.Errorf("git-sync --ref=%s, want main", v)
+			}
+			if a, b := containerPort(t, served, "git-sync"), containerPort(t, shadow, "git-sync-shadow"); a == b {
+				t.Errorf("both git-sync sidecars bind port %d", a)
+			}
+			if m := mountOf(shadow, "git-shadow"); m == nil || m.MountPath != "/git-shadow" || m.ReadOnly {
+				t.Errorf("git-sync-shadow's checkout mount %+v", m)
+			}
+			c := container(t, spec, "qn-webhook")
+			if m := mountOf(c, "git-shadow"); m == nil || !m.ReadOnly {
+				t.Errorf("qn-webhook's git-shadow mount %+v", m)
+			}
+			if v, _ := flag(c.Args, "shadow-policy-dir"); v != "/git-shadow/repo/policies" {
+				t.Errorf("--shadow-policy-dir=%s, want /git-shadow/repo/policies", v)
+			}
+			if v, _ := flag(c.Args, "policy-dir"); v != "/git/repo/policies" {
+				t.Errorf("--policy-dir=%s", v)
+			}
+		},
+	},
 	"git-sync over SSH: the key Secret mounted read-only where git-sync looks": {
 		values: "policies: {source: gitSync, gitSync: {repo: 'git@git.example.com:ops/qn-policies.git', auth: {type: ssh, secretName: git-creds}}}",
 		check: func(t *testing.T, rel *Release) {

@@ -85,6 +85,49 @@ var windowVariations = map[string]struct {
 			}
 		},
 	},
+	"Redis behind Sentinels with their own password: the webhook asks them for the master, no bundled Redis": {
+		values: "windows: {redis: {bundled: {enabled: false}, sentinel: {addresses: ['s-0.data.svc:26379', 's-1.data.svc:26379'], masterName: windows, passwordSecret: {name: sentinel-auth, key: spw}}, passwordSecret: {name: redis-auth}}}",
+		check: func(t *testing.T, rel *Release) {
+			if rel.Find("Deployment", redisName) != nil {
+				t.Errorf("the bundled Redis rendered beside Sentinels: %v", rel.Kinds())
+			}
+			spec := &webhookDeployment(t, rel).Spec.Template.Spec
+			c := container(t, spec, "qn-webhook")
+			want := map[string]string{"redis-sentinel-addresses": "s-0.data.svc:26379,s-1.data.svc:26379", "redis-sentinel-master": "windows", "redis-password-file": "/etc/qn-webhook/redis/password"}
+			for f, v := range want {
+				if got, ok := flag(c.Args, f); !ok || got != v {
+					t.Errorf("--%s=%q (given %v), want %q", f, got, ok, v)
+				}
+			}
+			for _, f := range []string{"redis-address", "redis-cluster-addresses"} {
+				if v, ok := flag(c.Args, f); ok {
+					t.Errorf("--%s=%s given beside the Sentinels", f, v)
+				}
+			}
+			pw := volume(t, spec, "redis-sentinel-password")
+			if pw.Secret == nil || pw.Secret.SecretName != "sentinel-auth" || len(pw.Secret.Items) != 1 || pw.Secret.Items[0].Key != "spw" {
+				t.Errorf("Sentinel password volume %+v, want key spw of Secret sentinel-auth", pw.VolumeSource)
+			}
+			if v, _ := flag(c.Args, "redis-sentinel-password-file"); mountOf(c, "redis-sentinel-password") == nil || v != mountOf(c, "redis-sentinel-password").MountPath+"/spw" {
+				t.Errorf("--redis-sentinel-password-file=%s is not the mounted key", v)
+			}
+			if !strings.Contains(rel.Notes, `the Redis master "windows" that the Sentinels s-0.data.svc:26379, s-1.data.svc:26379 name`) {
+				t.Errorf("NOTES do not name the Sentinels:\n%s", rel.Notes)
+			}
+		},
+	},
+	"a Redis Cluster: the webhook is given some of its nodes": {
+		values: "windows: {redis: {bundled: {enabled: false}, cluster: {addresses: ['c-0.data.svc:6379', 'c-1.data.svc:6379']}}}",
+		check: func(t *testing.T, rel *Release) {
+			args := webhookArgs(t, rel)
+			if v, _ := flag(args, "redis-cluster-addresses"); v != "c-0.data.svc:6379,c-1.data.svc:6379" {
+				t.Errorf("--redis-cluster-addresses=%s", v)
+			}
+			if v, ok := flag(args, "redis-address"); ok {
+				t.Errorf("--redis-address=%s given beside the cluster", v)
+			}
+		},
+	},
 	"the bundled Redis with persistence and a password: an append-only file on a claim, the password from the Secret": {
 		values: "windows: {redis: {passwordSecret: {name: redis-auth}, bundled: {persistence: {enabled: true, size: 2Gi, storageClass: fast}}}}",
 		check: func(t *testing.T, rel *Release) {
@@ -192,15 +235,22 @@ func TestBadWindowValuesAreRefusedWithAClearMessage(t *testing.T) {
 		values string
 		want   []string
 	}{
-		"a store that does not exist":          {"windows: {store: etcd}", []string{"/windows/store", "'redis', 'memory'"}},
-		"an address without a port":            {"windows: {redis: {address: redis.data.svc, bundled: {enabled: false}}}", []string{"/windows/redis/address", "does not match pattern"}},
-		"a store deadline in minutes":          {"windows: {storeTimeout: 1m}", []string{"/windows/storeTimeout", "does not match pattern"}},
-		"a maxmemory without a unit":           {"windows: {redis: {bundled: {maxMemory: '128'}}}", []string{"/windows/redis/bundled/maxMemory", "does not match pattern"}},
-		"a misspelled key":                     {"windows: {redis: {adress: x:1}}", []string{"/windows/redis", "additional properties 'adress' not allowed"}},
-		"a store deadline as long as the hook": {"windows: {storeTimeout: 5s}", []string{"windows.storeTimeout (5s) must be shorter than webhook.timeoutSeconds (5s)"}},
-		"an address and the bundled Redis":     {"windows: {redis: {address: 'r:6379'}}", []string{"windows.redis.address (r:6379) is set and windows.redis.bundled.enabled is true"}},
-		"no Redis at all":                      {"windows: {redis: {bundled: {enabled: false}}}", []string{"windows.store is redis but there is no Redis"}},
-		"TLS to the bundled Redis":             {"windows: {redis: {tls: {enabled: true}}}", []string{"windows.redis.tls.enabled needs your own Redis"}},
+		"a store that does not exist":           {"windows: {store: etcd}", []string{"/windows/store", "'redis', 'memory'"}},
+		"an address without a port":             {"windows: {redis: {address: redis.data.svc, bundled: {enabled: false}}}", []string{"/windows/redis/address", "does not match pattern"}},
+		"a store deadline in minutes":           {"windows: {storeTimeout: 1m}", []string{"/windows/storeTimeout", "does not match pattern"}},
+		"a maxmemory without a unit":            {"windows: {redis: {bundled: {maxMemory: '128'}}}", []string{"/windows/redis/bundled/maxMemory", "does not match pattern"}},
+		"a misspelled key":                      {"windows: {redis: {adress: x:1}}", []string{"/windows/redis", "additional properties 'adress' not allowed"}},
+		"a store deadline as long as the hook":  {"windows: {storeTimeout: 5s}", []string{"windows.storeTimeout (5s) must be shorter than webhook.timeoutSeconds (5s)"}},
+		"an address and the bundled Redis":      {"windows: {redis: {address: 'r:6379'}}", []string{"windows.redis.address (r:6379) is set and windows.redis.bundled.enabled is true"}},
+		"no Redis at all":                       {"windows: {redis: {bundled: {enabled: false}}}", []string{"windows.store is redis but there is no Redis"}},
+		"TLS to the bundled Redis":              {"windows: {redis: {tls: {enabled: true}}}", []string{"windows.redis.tls.enabled needs your own Redis"}},
+		"Sentinels and the bundled Redis":       {"windows: {redis: {sentinel: {addresses: ['s:26379'], masterName: m}}}", []string{"windows.redis.sentinel.addresses (s:26379) is set and windows.redis.bundled.enabled is true"}},
+		"an address and Sentinels":              {"windows: {redis: {bundled: {enabled: false}, address: 'r:6379', sentinel: {addresses: ['s:26379'], masterName: m}}}", []string{"windows.redis.address (r:6379) and windows.redis.sentinel.addresses (s:26379) are all set"}},
+		"Sentinels without the master's name":   {"windows: {redis: {bundled: {enabled: false}, sentinel: {addresses: ['s:26379']}}}", []string{`windows.redis.sentinel.addresses (s:26379) and windows.redis.sentinel.masterName ("") go together`}},
+		"a master's name without Sentinels":     {"windows: {redis: {address: 'r:6379', bundled: {enabled: false}, sentinel: {masterName: m}}}", []string{"go together"}},
+		"a Sentinel without a port":             {"windows: {redis: {bundled: {enabled: false}, sentinel: {addresses: [s], masterName: m}}}", []string{"/windows/redis/sentinel/addresses/0", "does not match pattern"}},
+		"a cluster node without a port":         {"windows: {redis: {bundled: {enabled: false}, cluster: {addresses: ['c:6379', c]}}}", []string{"/windows/redis/cluster/addresses/1", "does not match pattern"}},
+		"a Sentinel password without Sentinels": {"windows: {redis: {address: 'r:6379', bundled: {enabled: false}, sentinel: {passwordSecret: {name: x}}}}", []string{"windows.redis.sentinel.passwordSecret.name is set without windows.redis.sentinel.addresses"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Render(releaseName, releaseNS, values(t, tc.values))

@@ -217,9 +217,15 @@ func TestImpactOfAPolicyChangeOnARealAuditLog(t *testing.T) {
 // 100 ms instead of 50 (with the Rego test that pins it).
 func proposeChange(t *testing.T) string {
 	t.Helper()
+	return proposeChangeOf(t, policyDir)
+}
+
+// proposeChangeOf is proposeChange made to the policy directory from.
+func proposeChangeOf(t *testing.T, from string) string {
+	t.Helper()
 	repo := t.TempDir()
 	dir := filepath.Join(repo, "policies")
-	if err := os.CopyFS(dir, os.DirFS(policyDir)); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(from)); err != nil {
 		t.Fatal(err)
 	}
 	git := func(args ...string) {

@@ -76,7 +76,7 @@ func TestHotReloadSwitchesARoleToWarn(t *testing.T) {
 	if err := os.WriteFile(rolesFile, []byte(warn), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rec := &warningRecorder{}
+	rec := &harness.Warnings{}
 	cfg := rest.CopyConfig(cluster.Config)
 	cfg.WarningHandler = rec
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -94,11 +94,9 @@ func TestHotReloadSwitchesARoleToWarn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("in warn mode a batch create without priority=low is admitted: %v", err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	want := `not enforced (role "batch" is in warn mode): denied by qn-admission (role "batch"): batch QuantumNodes must carry label priority=low (found no priority label)`
-	if len(rec.warnings) == 0 || rec.warnings[len(rec.warnings)-1] != want {
-		t.Fatalf("want the warning %q, got %q", want, rec.warnings)
+	if got := rec.List(); len(got) == 0 || got[len(got)-1] != want {
+		t.Fatalf("want the warning %q, got %q", want, got)
 	}
 }
 

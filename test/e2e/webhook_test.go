@@ -275,21 +275,9 @@ func TestServerSideDryRunIsJudgedAndStoresNothing(t *testing.T) {
 	}
 }
 
-// warningRecorder collects the Warning headers the apiserver relays.
-type warningRecorder struct {
-	mu       sync.Mutex
-	warnings []string
-}
-
-func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.warnings = append(w.warnings, text)
-}
-
 func TestWarningsReachTheClient(t *testing.T) {
 	registered(t)
-	rec := &warningRecorder{}
+	rec := &harness.Warnings{}
 	cfg := rest.CopyConfig(cluster.Config)
 	cfg.WarningHandler = rec
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -299,11 +287,9 @@ func TestWarningsReachTheClient(t *testing.T) {
 	if _, err := createQN(context.Background(), dyn, namespace, qn("edge-warn", "amd64", svc("https", 443)), false); err != nil {
 		t.Fatalf("a privileged port is admitted with a warning, got %v", err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	want := "spec.services[0] (https) uses privileged port 443: the edge node must allow binding ports below 1024"
-	if len(rec.warnings) != 1 || rec.warnings[0] != want {
-		t.Fatalf("want exactly the warning %q, got %q", want, rec.warnings)
+	if got := rec.List(); len(got) != 1 || got[0] != want {
+		t.Fatalf("want exactly the warning %q, got %q", want, got)
 	}
 }
 

@@ -15,7 +15,8 @@ var controllerManagerOnce sync.Once
 var controllerManagerErr error
 
 // StartControllerManager runs the real kube-controller-manager against the
-// cluster with the namespace controller and the garbage collector only,
+// cluster with the namespace controller, the garbage collector and the
+// ValidatingAdmissionPolicy status controller only,
 // each under its own service account (--use-service-account-credentials),
 // exactly the identities a production control plane deletes with. envtest
 // runs no controllers; tests that need a namespace to finish deleting or an
@@ -31,7 +32,9 @@ func (c *Cluster) StartControllerManager() error {
 			"--kubeconfig", c.Kubeconfig,
 			"--authentication-kubeconfig", c.Kubeconfig,
 			"--authorization-kubeconfig", c.Kubeconfig,
-			"--controllers", "namespace-controller,garbage-collector-controller",
+			// The status controller of ValidatingAdmissionPolicies writes
+			// the API server's type check of a policy (test/vap).
+			"--controllers", "namespace-controller,garbage-collector-controller,validatingadmissionpolicy-status-controller",
 			"--use-service-account-credentials=true",
 			"--leader-elect=false",
 			"--secure-port=0",

@@ -263,7 +263,9 @@ func (e *Exporter) Target() string { return strings.TrimPrefix(e.srv.URL, "http:
 func (e *Exporter) Close() { e.srv.Close() }
 
 // QueryProxy stands in front of a real Prometheus: it delays every answer
-// (a slow Prometheus) and counts the instant queries it passes.
+// (a slow Prometheus), may demand a bearer token and serve https (an
+// authenticating gateway such as kube-rbac-proxy, since Prometheus itself
+// checks no bearer tokens), and counts the instant queries it passes.
 type QueryProxy struct {
 	// URL is the proxy's base URL, to use as a server address.
 	URL   string
@@ -273,34 +275,87 @@ type QueryProxy struct {
 	count map[string]int
 	// inFlight and maxInFlight count queries being answered at once.
 	inFlight, maxInFlight int
+	// refused counts requests refused for their token.
+	refused int
+	// held, while not nil, holds every query until it is closed.
+	held chan struct{}
+}
+
+// ProxyOptions configure a QueryProxy.
+type ProxyOptions struct {
+	// Delay is added before every answer.
+	Delay time.Duration
+	// BearerToken, when set, is demanded as "Authorization: Bearer ...":
+	// a request without it is answered 401 Unauthorized in plain text.
+	BearerToken string
+	// TLSCertFile and TLSKeyFile, when set, make the proxy serve https.
+	TLSCertFile, TLSKeyFile string
 }
 
 // NewQueryProxy forwards to target after delay.
 func NewQueryProxy(target string, delay time.Duration) (*QueryProxy, error) {
+	return StartQueryProxy(target, ProxyOptions{Delay: delay})
+}
+
+// StartQueryProxy forwards to target as o says.
+func StartQueryProxy(target string, o ProxyOptions) (*QueryProxy, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
 	}
-	p := &QueryProxy{delay: delay, count: map[string]int{}}
+	p := &QueryProxy{delay: o.Delay, count: map[string]int{}}
 	forward := httputil.NewSingleHostReverseProxy(u)
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.BearerToken != "" && r.Header.Get("Authorization") != "Bearer "+o.BearerToken {
+			p.mu.Lock()
+			p.refused++
+			p.mu.Unlock()
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
 		if r.URL.Path == "/api/v1/query" {
 			p.mu.Lock()
 			p.count[r.URL.Query().Get("query")]++
 			p.inFlight++
 			p.maxInFlight = max(p.maxInFlight, p.inFlight)
+			held := p.held
 			p.mu.Unlock()
 			defer func() {
 				p.mu.Lock()
 				p.inFlight--
 				p.mu.Unlock()
 			}()
+			if held != nil {
+				select {
+				case <-held:
+				case <-r.Context().Done():
+					return
+				}
+			}
 		}
 		time.Sleep(p.delay)
 		forward.ServeHTTP(w, r)
 	}))
+	if o.TLSCertFile == "" {
+		p.srv.Start()
+	} else {
+		cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
+		if err != nil {
+			p.srv.Close()
+			return nil, fmt.Errorf("load the proxy's certificate: %w", err)
+		}
+		p.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		p.srv.StartTLS()
+	}
 	p.URL = p.srv.URL
 	return p, nil
+}
+
+// Refused returns how many requests were refused for their token.
+func (p *QueryProxy) Refused() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
 }
 
 // Queries returns how many times query was asked.
@@ -328,8 +383,38 @@ func (p *QueryProxy) MostInFlight() int {
 	return p.maxInFlight
 }
 
-// Close stops the proxy.
-func (p *QueryProxy) Close() { p.srv.Close() }
+// InFlight returns the queries being answered (or held) now.
+func (p *QueryProxy) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inFlight
+}
+
+// Hold makes every query wait, unanswered, until Release: a Prometheus
+// that has stopped answering but keeps its connections open.
+func (p *QueryProxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+}
+
+// Release answers the held queries and stops holding new ones.
+func (p *QueryProxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
+// Close stops the proxy, answering held queries first.
+func (p *QueryProxy) Close() {
+	p.Release()
+	p.srv.Close()
+}
 
 type syncBuffer struct {
 	mu  sync.Mutex

@@ -43,12 +43,19 @@ type Server struct {
 // failure: .ci/run installs it.
 func Binary(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return lookPath(t, "redis-server")
+}
+
+// lookPath finds the named program of Debian's package of the same name,
+// skipping the test without it (failing it in CI).
+func lookPath(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
 	if err == nil {
 		return bin
 	}
-	msg := "redis-server is not on PATH, so the shared rate window tests cannot run: " +
-		"install it (Debian: apt-get install -y redis-server; .ci/run does this)"
+	msg := name + " is not on PATH, so the shared rate window tests cannot run: " +
+		"install it (Debian: apt-get install -y " + name + "; .ci/run does this)"
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
@@ -130,7 +137,17 @@ func (s *Server) start() error {
 		return err
 	}
 	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(s.cmd, s.exited)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, TLSConfig: s.tls})
+	if err := awaitPing("redis-server", s.Addr, s.tls, s.exited, filepath.Join(s.dir, "redis.log")); err != nil {
+		s.Kill()
+		return err
+	}
+	return nil
+}
+
+// awaitPing waits up to 15s for the process serving addr to answer PING
+// (or to ask for a password), and reports its log if it exits first.
+func awaitPing(what, addr string, tc *tls.Config, exited <-chan struct{}, logFile string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: tc})
 	defer c.Close()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -142,14 +159,13 @@ func (s *Server) start() error {
 			return nil
 		}
 		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, log)
+		case <-exited:
+			log, _ := os.ReadFile(logFile)
+			return fmt.Errorf("%s on %s exited: %s", what, addr, log)
 		default:
 		}
 		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("redis-server on %s did not answer PING within 15s: %v", s.Addr, err)
+			return fmt.Errorf("%s on %s did not answer PING within 15s: %v", what, addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

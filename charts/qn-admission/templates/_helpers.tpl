@@ -152,6 +152,20 @@ policies. git-sync publishes each commit as a worktree behind the symlink
 "<root>/repo", swapped atomically; the server watches through it. Both
 containers mount the checkout at /git, so the link resolves the same in each.
 */}}
+{{- define "qn-admission.shadowPolicyDir" -}}
+{{- $shadow := .Values.policies.shadow -}}
+{{- if eq $shadow.source "configMap" -}}
+/etc/qn-webhook/policies-shadow
+{{- else if eq $shadow.source "gitSync" -}}
+{{- $path := trimAll "/" .Values.policies.gitSync.path -}}
+{{- if $path -}}
+{{- printf "/git-shadow/repo/%s" $path -}}
+{{- else -}}
+/git-shadow/repo
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "qn-admission.policyDir" -}}
 {{- if eq .Values.policies.source "configMap" -}}
 /etc/qn-webhook/policies
@@ -161,6 +175,24 @@ containers mount the checkout at /git, so the link resolves the same in each.
 {{- printf "/git/repo/%s" $path -}}
 {{- else -}}
 /git/repo
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+admissionPolicy.params says what writes the QuantumNodeRoleTable the
+role table's ValidatingAdmissionPolicy reads: "chart" for the bundled
+policies (the chart's copy of qnctl vap's output), "controller" for a
+configMap source (qn-controller compiles it from the ConfigMap it follows,
+--role-table), or nothing, and then no policy is rendered: mode off, a
+gitSync source (only qn-webhook reads the checkout), or no qn-controller.
+*/}}
+{{- define "qn-admission.admissionPolicy.params" -}}
+{{- if ne .Values.admissionPolicy.mode "off" -}}
+{{- if eq .Values.policies.source "bundled" -}}
+chart
+{{- else if and (eq .Values.policies.source "configMap") .Values.controller.enabled -}}
+controller
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -205,13 +237,27 @@ express, each with a sentence that says what to change.
 {{- fail (printf "windows.storeTimeout (%s) must be shorter than webhook.timeoutSeconds (%ds): the role's onStoreError must answer before the API server gives up" $win.storeTimeout (int $w.timeoutSeconds)) -}}
 {{- end -}}
 {{- if eq $win.store "redis" -}}
-{{- if and $win.redis.bundled.enabled $win.redis.address -}}
-{{- fail (printf "windows.redis.address (%s) is set and windows.redis.bundled.enabled is true: use your Redis (set bundled.enabled=false) or the bundled one (empty the address)" $win.redis.address) -}}
+{{- $r := $win.redis -}}
+{{- $given := list -}}
+{{- if $r.address -}}{{- $given = append $given (printf "windows.redis.address (%s)" $r.address) -}}{{- end -}}
+{{- if $r.sentinel.addresses -}}{{- $given = append $given (printf "windows.redis.sentinel.addresses (%s)" (join "," $r.sentinel.addresses)) -}}{{- end -}}
+{{- if $r.cluster.addresses -}}{{- $given = append $given (printf "windows.redis.cluster.addresses (%s)" (join "," $r.cluster.addresses)) -}}{{- end -}}
+{{- if and $r.bundled.enabled $given -}}
+{{- fail (printf "%s is set and windows.redis.bundled.enabled is true: use your Redis (set bundled.enabled=false) or the bundled one (empty the address)" (join " and " $given)) -}}
 {{- end -}}
-{{- if and (not $win.redis.bundled.enabled) (not $win.redis.address) -}}
-{{- fail "windows.store is redis but there is no Redis: set windows.redis.address to host:port of yours, or windows.redis.bundled.enabled=true" -}}
+{{- if gt (len $given) 1 -}}
+{{- fail (printf "%s are all set: give one way to reach your Redis" (join " and " $given)) -}}
 {{- end -}}
-{{- if and $win.redis.bundled.enabled $win.redis.tls.enabled -}}
+{{- if and (not $r.bundled.enabled) (not $given) -}}
+{{- fail "windows.store is redis but there is no Redis: set windows.redis.address to host:port of yours (or sentinel.addresses with sentinel.masterName, or cluster.addresses), or windows.redis.bundled.enabled=true" -}}
+{{- end -}}
+{{- if ne (empty $r.sentinel.addresses) (empty $r.sentinel.masterName) -}}
+{{- fail (printf "windows.redis.sentinel.addresses (%s) and windows.redis.sentinel.masterName (%q) go together" (join "," $r.sentinel.addresses) $r.sentinel.masterName) -}}
+{{- end -}}
+{{- if and $r.sentinel.passwordSecret.name (not $r.sentinel.addresses) -}}
+{{- fail "windows.redis.sentinel.passwordSecret.name is set without windows.redis.sentinel.addresses" -}}
+{{- end -}}
+{{- if and $r.bundled.enabled $r.tls.enabled -}}
 {{- fail "windows.redis.tls.enabled needs your own Redis (windows.redis.address): the bundled Redis speaks plain text inside the cluster, reachable only from the webhook Pods" -}}
 {{- end -}}
 {{- end -}}

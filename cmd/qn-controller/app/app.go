@@ -80,7 +80,7 @@ func Build(ctx context.Context, o *Options, getenv func(string) string, logs io.
 	logger := logr.FromSlogHandler(p.Logger.Handler())
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger) // client-go's leader election logs through klog
-	for _, step := range []func(context.Context) error{p.buildManager, p.requireCRD, p.buildPolicies, p.buildQuantumNodes, p.buildScalers, p.buildProbes} {
+	for _, step := range []func(context.Context) error{p.buildManager, p.requireCRD, p.buildPolicies, p.buildRoleTable, p.buildQuantumNodes, p.buildScalers, p.buildProbes} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -173,7 +173,7 @@ func (p *Program) requireCRD(context.Context) error {
 // replica, so a new leader audits with the newest set at once.
 func (p *Program) buildPolicies(ctx context.Context) error {
 	o := p.Options
-	if !o.Audit {
+	if !o.Audit && o.RoleTable == "" {
 		return nil
 	}
 	metrics := policies.NewMetrics(ctrlmetrics.Registry)
@@ -202,6 +202,23 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 	return nil
 }
 
+// buildRoleTable keeps the ValidatingAdmissionPolicy's parameters in step
+// with the served policies, on the leader.
+func (p *Program) buildRoleTable(context.Context) error {
+	o := p.Options
+	if o.RoleTable == "" {
+		return nil
+	}
+	s := &controller.RoleTableSync{
+		Name: o.RoleTable, Engine: p.Engine, Source: p.Policies.Name(), Client: p.Manager.GetClient(), Reader: p.Manager.GetAPIReader(),
+		PollInterval: o.PolicyPollInterval, Resync: o.RoleTableResync, Logger: p.Manager.GetLogger().WithName("roletable"),
+	}
+	if err := p.Manager.Add(s); err != nil {
+		return fmt.Errorf("add the role table sync: %w", err)
+	}
+	return nil
+}
+
 // buildQuantumNodes sets up the QuantumNode reconciler: the owned Service,
 // status, and (with the policies) the background audit.
 func (p *Program) buildQuantumNodes(ctx context.Context) error {
@@ -213,7 +230,7 @@ func (p *Program) buildQuantumNodes(ctx context.Context) error {
 		ProbeWorkers:            o.ProbeWorkers,
 		Answers:                 p.Answers,
 	}
-	if p.Engine != nil {
+	if p.Engine != nil && o.Audit {
 		r.Policies = p.Engine
 		r.Audit = &controller.AuditOptions{Interval: o.AuditInterval, Rate: o.AuditRate, Reports: o.PolicyReports}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -65,6 +66,14 @@ type Options struct {
 	AuditRate float64
 	// PolicyReports keeps a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace.
 	PolicyReports bool
+	// RoleTable, when set, names the QuantumNodeRoleTable (the parameters
+	// of the ValidatingAdmissionPolicy `qnctl vap` compiles) that
+	// qn-controller keeps equal to the role table of the policies it
+	// serves (--policy-dir, or the bundled ones).
+	RoleTable string
+	// RoleTableResync rewrites the QuantumNodeRoleTable this often if it
+	// was edited or deleted by hand.
+	RoleTableResync time.Duration
 	// QuiescenceWindow holds a status change until the node's generation
 	// and conditions have been still this long.
 	QuiescenceWindow time.Duration
@@ -106,6 +115,7 @@ func NewOptions(getenv func(string) string) *Options {
 		AuditInterval:      time.Hour,
 		AuditRate:          50,
 		PolicyReports:      true,
+		RoleTableResync:    time.Minute,
 		QuiescenceWindow:   3 * time.Second,
 		MaxRequeueDelay:    30 * time.Second,
 		ProbeWorkers:       16,
@@ -142,6 +152,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Re-audit every QuantumNode this often; 0 only on policy and node changes.")
 	fs.Float64Var(&o.AuditRate, "audit-rate", o.AuditRate, "QuantumNodes per second a re-audit of every node queues (after a policy change or --audit-interval).")
 	fs.BoolVar(&o.PolicyReports, "policy-reports", o.PolicyReports, "Keep a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (when the cluster serves the kind).")
+	fs.StringVar(&o.RoleTable, "role-table", o.RoleTable, "Keep the QuantumNodeRoleTable of this name (the parameters of the ValidatingAdmissionPolicy qnctl vap compiles) equal to the served policies' role table; empty: off.")
+	fs.DurationVar(&o.RoleTableResync, "role-table-resync", o.RoleTableResync, "Rewrite the --role-table object this often if it was edited or deleted by hand (it is also written whenever the policies change).")
 	fs.DurationVar(&o.QuiescenceWindow, "quiescence-window", o.QuiescenceWindow, "Hold a status change until the QuantumNode's generation and conditions have been still this long; 0 writes at once.")
 	fs.DurationVar(&o.MaxRequeueDelay, "max-requeue-delay", o.MaxRequeueDelay, "Longest wait for a QuantumNode to become quiescent before its status is written anyway.")
 	fs.IntVar(&o.ProbeWorkers, "probe-workers", o.ProbeWorkers, "Active health checks (a QuantumNodeHealthPolicy's probe) running at once.")
@@ -172,6 +184,10 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return fmt.Errorf("--audit-interval must be 0 (off) or positive, got %s", o.AuditInterval)
 	case o.AuditRate <= 0:
 		return fmt.Errorf("--audit-rate must be positive, got %v", o.AuditRate)
+	case o.RoleTableResync <= 0:
+		return fmt.Errorf("--role-table-resync must be positive, got %s", o.RoleTableResync)
+	case o.RoleTable != "" && len(validation.IsDNS1123Subdomain(o.RoleTable)) > 0:
+		return fmt.Errorf("--role-table %q is not an object name (lowercase letters, digits, '-' and '.')", o.RoleTable)
 	case o.QuiescenceWindow < 0:
 		return fmt.Errorf("--quiescence-window must be 0 (off) or positive, got %s", o.QuiescenceWindow)
 	case o.ProbeWorkers < 1:

@@ -22,6 +22,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,12 @@ type Program struct {
 	// Policies is where the served set comes from; Engine serves it.
 	Policies policies.Source
 	Engine   *policies.Engine
+	// Shadow judges every request again with --shadow-policy-dir's set,
+	// off the response path; nil without one.
+	Shadow *policies.Shadow
+	// DecisionLog receives one line per decision (and per shadow
+	// disagreement).
+	DecisionLog *slog.Logger
 	// Windows counts every role's rate window, in this process or in
 	// Redis, under a deadline.
 	Windows *window.Guard
@@ -116,7 +123,7 @@ func Build(ctx context.Context, o *Options, logger *slog.Logger) (_ *Program, er
 		}
 	}()
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, step := range []func(context.Context) error{p.buildTracing, p.buildWindows, p.buildPolicies, p.buildHandler, p.buildCertificates, p.listen} {
+	for _, step := range []func(context.Context) error{p.buildTracing, p.buildWindows, p.buildPolicies, p.buildDecisionLog, p.buildShadow, p.buildHandler, p.buildCertificates, p.listen} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -217,17 +224,93 @@ func (p *Program) guardEvaluationMemory() {
 	p.Logger.Info("policy evaluations are stopped when the live heap passes half the memory limit", "thresholdBytes", threshold)
 }
 
-// buildHandler opens the decision log and builds the admission handler.
-func (p *Program) buildHandler(context.Context) error {
+// buildDecisionLog opens the decision log.
+func (p *Program) buildDecisionLog(context.Context) error {
 	decisionLog, closeDecisionLog, err := openDecisionLog(p.Options.DecisionLog)
 	if err != nil {
 		return err
 	}
 	p.closers = append(p.closers, closeDecisionLog)
-	// QuantumNodes are judged by the policy engine; HorizontalQNScalers by
-	// the PromQL check of their queries (their webhook entry is separate,
+	p.DecisionLog = decisionLog
+	return nil
+}
+
+// buildShadow loads --shadow-policy-dir's candidate set, followed and
+// hot-reloaded like the served one. Nothing about the candidate stops the
+// server: a directory that does not exist yet (a git-sync sidecar still
+// cloning) is waited for, a set that does not load is reported in
+// /readyz?verbose and the log, and the shadow judges nothing until a good
+// one lands. Its readiness line never fails, and strict health does not
+// read it.
+func (p *Program) buildShadow(ctx context.Context) error {
+	o := p.Options
+	if o.ShadowPolicyDir == "" {
+		return nil
+	}
+	logger := p.Logger.With("policies", "shadow")
+	candidate := policies.NewEngine(nil, policies.EngineOptions{Windows: p.Windows})
+	p.Shadow = policies.NewShadow(candidate, policies.ShadowOptions{
+		Served: p.Engine, Windows: p.Windows, Queue: o.ShadowQueue, CPU: o.ShadowCPU,
+		Log: p.DecisionLog, Registry: p.Registry,
+	})
+	var source atomic.Pointer[policies.Source]
+	open := func(ctx context.Context) error {
+		s, err := policies.Open(policies.OpenOptions{
+			Dir:    o.ShadowPolicyDir,
+			Load:   policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins},
+			Watch:  dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: logger},
+			Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		source.Store(&s)
+		if set, err := s.Load(ctx); err != nil {
+			logger.Error("the shadow policy set does not load; requests are served and not shadowed until it does", "error", err.Error())
+		} else {
+			candidate.Swap(set)
+			logger.Info("shadow policies loaded", "source", s.Name(), "revision", set.Revision, "roles", set.Roles.Names())
+		}
+		return nil
+	}
+	openErr := open(ctx)
+	if openErr != nil {
+		logger.Warn("waiting for the shadow policy directory", "error", openErr.Error())
+	}
+	p.Checks = append(p.Checks, health.Check{Name: "shadow", Detail: func() string {
+		if s := source.Load(); s != nil {
+			return p.Shadow.Status() + "; " + (*s).Status()
+		}
+		return p.Shadow.Status() + "; waiting for " + o.ShadowPolicyDir + " to exist"
+	}})
+	p.Tasks = append(p.Tasks,
+		Task{Name: "shadow policy watcher", Run: func(ctx context.Context) error {
+			for openErr != nil {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(o.PolicyPollInterval):
+				}
+				openErr = open(ctx)
+			}
+			return (*source.Load()).Run(ctx, candidate)
+		}},
+		Task{Name: "shadow evaluation", Run: p.Shadow.Run},
+	)
+	return nil
+}
+
+// buildHandler builds the admission handler.
+func (p *Program) buildHandler(context.Context) error {
+	// QuantumNodes are judged by the policy engine (and again by the
+	// shadow set when there is one); HorizontalQNScalers by the PromQL
+	// check of their queries (their webhook entry is separate,
 	// failurePolicy Ignore: the CRD's own rules hold without it).
-	deciders := webhook.ByKind{Default: p.Engine, Kinds: map[schema.GroupKind]webhook.Decider{
+	var served webhook.Decider = p.Engine
+	if p.Shadow != nil {
+		served = policies.Shadowed{Served: p.Engine, Shadow: p.Shadow}
+	}
+	deciders := webhook.ByKind{Default: served, Kinds: map[schema.GroupKind]webhook.Decider{
 		qnv1alpha1.ScalerGroupVersionKind.GroupKind(): scalerspec.Validator{},
 	}}
 	p.Handler = webhook.NewHandler(deciders, webhook.HandlerOptions{
@@ -238,7 +321,7 @@ func (p *Program) buildHandler(context.Context) error {
 		Logger:               p.Logger,
 
 		MaxRequestBytesInFlight: p.Options.MaxRequestBytesInFlight,
-		DecisionLog:             decisionLog,
+		DecisionLog:             p.DecisionLog,
 		Metrics:                 webhook.NewMetrics(p.Registry),
 		Answers:                 p.Answers,
 		Tracer:                  p.Tracer,

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/quantumnode/qn-admission/internal/health"
+	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
@@ -52,6 +53,15 @@ type Options struct {
 	PolicyPollInterval time.Duration
 	// DecisionLog is "-" for stdout or a file to append decision lines to.
 	DecisionLog string
+
+	// ShadowPolicyDir holds a candidate policy set judged beside the
+	// served one, off the response path (policies.Shadow); empty: none.
+	ShadowPolicyDir string
+	// ShadowQueue is how many requests may wait for the candidate; more
+	// are dropped and counted.
+	ShadowQueue int
+	// ShadowCPU is the share of one CPU the candidate may use.
+	ShadowCPU float64
 
 	// MaxRequestBytes caps an AdmissionReview body (413 above).
 	MaxRequestBytes int64
@@ -129,6 +139,8 @@ func NewOptions() *Options {
 		PolicyEvalTimeout:    time.Second,
 		PolicyPollInterval:   10 * time.Second,
 		DecisionLog:          "-",
+		ShadowQueue:          policies.DefaultShadowQueue,
+		ShadowCPU:            policies.DefaultShadowCPU,
 		MaxRequestBytes:      webhook.DefaultMaxRequestBytes,
 		MaxRequestElements:   webhook.DefaultMaxRequestElements,
 		MaxConcurrentReviews: webhook.DefaultMaxConcurrentReviews(),
@@ -138,7 +150,6 @@ func NewOptions() *Options {
 		ShutdownGracePeriod:  20 * time.Second,
 		LogFormat:            "json",
 		WindowStore:          WindowStoreMemory,
-		Redis:                window.RedisConfig{Address: "localhost:6379"},
 		WindowStoreTimeout:   window.DefaultStoreTimeout,
 		Strict:               health.DefaultStrictOptions(),
 		// cert-manager renews at two thirds of the lifetime (30 of 90
@@ -168,6 +179,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PolicyEvalTimeout, "policy-eval-timeout", o.PolicyEvalTimeout, "Deadline of one policy evaluation; keep it well under the webhook timeoutSeconds.")
 	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events (changes are hot-reloaded).")
 	fs.StringVar(&o.DecisionLog, "decision-log", o.DecisionLog, "Where decision lines go: - for stdout, or a file to append to.")
+	fs.StringVar(&o.ShadowPolicyDir, "shadow-policy-dir", o.ShadowPolicyDir, "A candidate policy directory judged beside the served one on every request, off the response path: disagreements become qn_admission_shadow_disagreements_total and \"shadow disagreement\" decision lines; answers never depend on it. Hot-reloaded like --policy-dir.")
+	fs.IntVar(&o.ShadowQueue, "shadow-queue", o.ShadowQueue, "Most requests waiting for the shadow policy set; more are not judged by it and are counted in qn_admission_shadow_dropped_total.")
+	fs.Float64Var(&o.ShadowCPU, "shadow-cpu", o.ShadowCPU, "Share of one CPU the shadow policy set may use (0 < share <= 1); what it cannot judge in time waits in --shadow-queue.")
 	fs.BoolVar(&o.AllowNetworkBuiltins, "allow-network-builtins", o.AllowNetworkBuiltins, "Let Rego policies call http.send, net.lookup_ip_addr and opa.runtime.")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "Largest AdmissionReview body accepted; larger ones get 413.")
 	fs.IntVar(&o.MaxRequestElements, "max-request-elements", o.MaxRequestElements, "Most JSON elements (object members and array items) in one AdmissionReview, counted before decoding; more get 413.")
@@ -179,7 +193,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
-	fs.StringVar(&o.Redis.Address, "redis-address", o.Redis.Address, "host:port of Redis, with --window-store redis.")
+	fs.StringVar(&o.Redis.Address, "redis-address", o.Redis.Address, "host:port of one Redis, with --window-store redis (default "+DefaultRedisAddress+" unless Sentinels or a cluster are given).")
+	fs.StringSliceVar(&o.Redis.SentinelAddresses, "redis-sentinel-addresses", o.Redis.SentinelAddresses, "host:port of the Redis Sentinels watching --redis-sentinel-master (comma-separated): windows follow the master through a failover.")
+	fs.StringVar(&o.Redis.SentinelMaster, "redis-sentinel-master", o.Redis.SentinelMaster, "Name of the master the Sentinels watch (sentinel.conf's 'sentinel monitor <name> ...').")
+	fs.StringVar(&o.Redis.SentinelPasswordFile, "redis-sentinel-password-file", o.Redis.SentinelPasswordFile, "File holding the Sentinels' own password, when they require one (read at start).")
+	fs.StringSliceVar(&o.Redis.ClusterAddresses, "redis-cluster-addresses", o.Redis.ClusterAddresses, "host:port of some nodes of a Redis Cluster (comma-separated); the others are discovered.")
 	fs.StringVar(&o.Redis.PasswordFile, "redis-password-file", o.Redis.PasswordFile, "File holding the Redis password (a mounted Secret); re-read on every new connection.")
 	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "Connect to Redis with TLS (1.2 or later), verifying its certificate.")
 	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "With --redis-tls, the CA that signed Redis's certificate (default: the system roots).")
@@ -217,14 +235,18 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-request-bytes-in-flight must not be negative, got %d", o.MaxRequestBytesInFlight)
 	case o.MaxRequestBytesInFlight > 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes:
 		return fmt.Errorf("--max-request-bytes-in-flight (%d) must be at least --max-request-bytes (%d), or the largest review could never be read", o.MaxRequestBytesInFlight, o.MaxRequestBytes)
+	case o.ShadowQueue <= 0:
+		return fmt.Errorf("--shadow-queue must be positive, got %d", o.ShadowQueue)
+	case o.ShadowCPU <= 0 || o.ShadowCPU > 1:
+		return fmt.Errorf("--shadow-cpu must be above 0 and at most 1 (a share of one CPU), got %g", o.ShadowCPU)
+	case o.ShadowPolicyDir != "" && o.ShadowPolicyDir == o.PolicyDir:
+		return fmt.Errorf("--shadow-policy-dir is --policy-dir (%s): the candidate would always agree; point it at the proposed set", o.PolicyDir)
 	case o.LogFormat != "json" && o.LogFormat != "text":
 		return fmt.Errorf("--log-format must be json or text, got %q", o.LogFormat)
 	case o.WindowStore != WindowStoreMemory && o.WindowStore != WindowStoreRedis:
 		return fmt.Errorf("--window-store must be memory or redis, got %q", o.WindowStore)
 	case o.WindowStoreTimeout <= 0 || o.WindowStoreTimeout >= maxWindowStoreTimeout:
 		return fmt.Errorf("--window-store-timeout must be positive and below %s (the longest webhook timeout), got %s", maxWindowStoreTimeout, o.WindowStoreTimeout)
-	case o.Redis.TLSCAFile != "" && !o.Redis.TLS:
-		return fmt.Errorf("--redis-tls-ca-file is set but --redis-tls is not; add --redis-tls")
 	case o.TraceSampleRatio < 0 || o.TraceSampleRatio > 1:
 		return fmt.Errorf("--trace-sample-ratio must be between 0 and 1, got %g", o.TraceSampleRatio)
 	case o.StrictCertMinValidity < 0:
@@ -234,8 +256,8 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if o.WindowStore == WindowStoreRedis {
-		if _, _, err := net.SplitHostPort(o.Redis.Address); err != nil {
-			return fmt.Errorf("--redis-address %q is not host:port: %v", o.Redis.Address, err)
+		if err := o.RedisConfig().Validate(); err != nil {
+			return fmt.Errorf("--window-store redis: %w", err)
 		}
 	}
 	for _, addr := range []string{o.ListenAddress, o.ProbeAddress} {
@@ -244,6 +266,22 @@ func (o *Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// DefaultRedisAddress is the Redis of --window-store redis when no other
+// is given: redis-server on its default port, as `make run` expects.
+const DefaultRedisAddress = "localhost:6379"
+
+// RedisConfig is how qn-webhook reaches Redis: the --redis-* flags, with
+// DefaultRedisAddress when they name no Redis, and the window deadline as
+// the dial timeout.
+func (o *Options) RedisConfig() window.RedisConfig {
+	cfg := o.Redis
+	if cfg.Address == "" && len(cfg.SentinelAddresses) == 0 && len(cfg.ClusterAddresses) == 0 {
+		cfg.Address = DefaultRedisAddress
+	}
+	cfg.Timeout = o.WindowStoreTimeout
+	return cfg
 }
 
 // maxWindowStoreTimeout is the apiserver's longest webhook timeout: a

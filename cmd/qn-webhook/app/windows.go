@@ -3,9 +3,12 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies/window"
@@ -32,8 +35,11 @@ func (p *Program) buildWindows(ctx context.Context) error {
 		window.RegisterMemoryStore(p.Registry, "local", memory)
 	}
 	if o.WindowStore == WindowStoreRedis {
-		cfg := o.Redis
-		cfg.Timeout = o.WindowStoreTimeout
+		// go-redis's own log lines (a refused dial per call while Redis is
+		// down, each master a Sentinel names) go to debug: the Guard's
+		// metrics and readiness report the store.
+		redis.SetLogger(redisLog{p.Logger})
+		cfg := o.RedisConfig()
 		client, err := window.NewRedisClient(cfg)
 		if err != nil {
 			return fmt.Errorf("--window-store redis: %w", err)
@@ -42,10 +48,10 @@ func (p *Program) buildWindows(ctx context.Context) error {
 		redisStore := window.NewRedisStore(client, window.RedisOptions{})
 		loadCtx, cancel := context.WithTimeout(ctx, 4*o.WindowStoreTimeout)
 		if err := redisStore.Load(loadCtx); err != nil {
-			p.Logger.Warn("Redis does not answer yet; each role's window.onStoreError applies until it does", "address", cfg.Address, "error", err)
+			p.Logger.Warn("Redis does not answer yet; each role's window.onStoreError applies until it does", "redis", cfg.Mode(), "address", cfg.Endpoint(), "error", err)
 		}
 		cancel()
-		store, opts.Name, opts.Address = redisStore, WindowStoreRedis, cfg.Address
+		store, opts.Name, opts.Address = redisStore, WindowStoreRedis, cfg.Endpoint()
 	}
 	p.Windows = window.NewGuard(store, opts)
 	p.Logger.Info("rate windows", "store", opts.Name, "address", opts.Address, "timeout", o.WindowStoreTimeout.String())
@@ -100,4 +106,11 @@ func (p *Program) windowsStatus() string {
 		fmt.Fprintf(&b, "; onStoreError: %s", strings.Join(modes, ", "))
 	}
 	return b.String()
+}
+
+// redisLog writes go-redis's log lines at debug level.
+type redisLog struct{ logger *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.logger.DebugContext(ctx, fmt.Sprintf(format, v...), "source", "go-redis")
 }

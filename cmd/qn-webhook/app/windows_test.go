@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -53,6 +54,27 @@ func TestProgramCountsWindowsInRedis(t *testing.T) {
 	}
 }
 
+// With --redis-sentinel-addresses and --redis-sentinel-master, qn-webhook
+// asks the Sentinels where the master is and counts there; readiness names
+// the master and the Sentinels.
+func TestProgramCountsWindowsThroughSentinels(t *testing.T) {
+	rep := redistest.StartReplicated(t)
+	s := start(t, t.TempDir(), "--window-store=redis",
+		"--redis-sentinel-addresses="+strings.Join(rep.SentinelAddrs(), ","), "--redis-sentinel-master="+redistest.MasterName)
+	if got := s.admit(t, "/validate", review("s1", validSpec)); !got.Allowed {
+		t.Fatalf("review s1: %+v", got.Result)
+	}
+	keys, err := rep.Master.Client().Keys(context.Background(), "qn:window:default:user:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("window keys on the master the Sentinels name: %v %v; want alice's", keys, err)
+	}
+	_, ready := s.probe(t, "/readyz?verbose")
+	want := fmt.Sprintf("[+]windows ok: redis at master %q via sentinels %s (deadline 250ms): up", redistest.MasterName, strings.Join(rep.SentinelAddrs(), ","))
+	if !strings.Contains(ready, want) {
+		t.Errorf("/readyz?verbose lacks %q:\n%s", want, ready)
+	}
+}
+
 // A Redis that does not answer at start does not keep qn-webhook from
 // serving: the roles' onStoreError applies (failOpen for the bundled
 // ones), and readiness says the store is down while staying ready.
@@ -86,12 +108,19 @@ func TestBuildRefusesWindowStoreMistakes(t *testing.T) {
 		args []string
 		want string
 	}{
-		"a store that does not exist":               {[]string{"--window-store=etcd"}, `--window-store must be memory or redis, got "etcd"`},
-		"a Redis address without a port":            {[]string{"--window-store=redis", "--redis-address=redis.data.svc"}, `--redis-address "redis.data.svc" is not host:port`},
-		"a store deadline as long as any webhook's": {[]string{"--window-store-timeout=10s"}, "--window-store-timeout must be positive and below 10s"},
-		"no store deadline":                         {[]string{"--window-store-timeout=0s"}, "--window-store-timeout must be positive"},
-		"a Redis CA without TLS":                    {[]string{"--window-store=redis", "--redis-tls-ca-file=/etc/ca.crt"}, "add --redis-tls"},
-		"a Redis password file that cannot be read": {[]string{"--window-store=redis", "--redis-password-file=/nonexistent/pw"}, "--window-store redis: redis password file: open /nonexistent/pw"},
+		"a store that does not exist":                  {[]string{"--window-store=etcd"}, `--window-store must be memory or redis, got "etcd"`},
+		"a Redis address without a port":               {[]string{"--window-store=redis", "--redis-address=redis.data.svc"}, `--redis-address "redis.data.svc" is not host:port`},
+		"a store deadline as long as any webhook's":    {[]string{"--window-store-timeout=10s"}, "--window-store-timeout must be positive and below 10s"},
+		"no store deadline":                            {[]string{"--window-store-timeout=0s"}, "--window-store-timeout must be positive"},
+		"a Redis CA without TLS":                       {[]string{"--window-store=redis", "--redis-tls-ca-file=/etc/ca.crt"}, "add --redis-tls"},
+		"Sentinels without the master's name":          {[]string{"--window-store=redis", "--redis-sentinel-addresses=s1:26379,s2:26379"}, `--redis-sentinel-addresses and --redis-sentinel-master go together (got addresses "s1:26379,s2:26379", master "")`},
+		"a master's name without Sentinels":            {[]string{"--window-store=redis", "--redis-sentinel-master=windows"}, "--redis-sentinel-addresses and --redis-sentinel-master go together"},
+		"a Sentinel address without a port":            {[]string{"--window-store=redis", "--redis-sentinel-addresses=s1", "--redis-sentinel-master=windows"}, `--redis-sentinel-addresses "s1" is not host:port`},
+		"an address and Sentinels":                     {[]string{"--window-store=redis", "--redis-address=r:6379", "--redis-sentinel-addresses=s1:26379", "--redis-sentinel-master=windows"}, "set one of --redis-address"},
+		"Sentinels and a cluster":                      {[]string{"--window-store=redis", "--redis-cluster-addresses=c1:6379", "--redis-sentinel-addresses=s1:26379", "--redis-sentinel-master=windows"}, "set one of --redis-address"},
+		"a cluster node without a port":                {[]string{"--window-store=redis", "--redis-cluster-addresses=c1:6379,c2"}, `--redis-cluster-addresses "c2" is not host:port`},
+		"a Sentinel password file that cannot be read": {[]string{"--window-store=redis", "--redis-sentinel-addresses=s1:26379", "--redis-sentinel-master=windows", "--redis-sentinel-password-file=/nonexistent/spw"}, "--window-store redis: redis password file: open /nonexistent/spw"},
+		"a Redis password file that cannot be read":    {[]string{"--window-store=redis", "--redis-password-file=/nonexistent/pw"}, "--window-store redis: redis password file: open /nonexistent/pw"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -28,7 +28,7 @@ type vapOptions struct {
 }
 
 func newVAPCommand(opts *commonOptions, s Streams) *cobra.Command {
-	o := &vapOptions{Name: vap.DefaultName, Mode: vapEnforce, ExcludeNamespaces: []string{"kube-system"}, FailurePolicy: string(admissionregistrationv1.Fail), Output: outputYAML}
+	o := &vapOptions{Name: vap.DefaultName, Mode: vapEnforce, ExcludeNamespaces: []string{"kube-system"}, FailurePolicy: string(admissionregistrationv1.Ignore), Output: outputYAML}
 	cmd := &cobra.Command{
 		Use:   "vap",
 		Short: "Compile the role table into a ValidatingAdmissionPolicy the API server enforces itself",
@@ -69,7 +69,7 @@ Exit codes: 0 written, 2 the directory does not load or does not compile.`,
 	f.StringVar(&o.Name, "name", o.Name, "Name of the policy, its binding and its parameters.")
 	f.StringVar(&o.Mode, "mode", o.Mode, "enforce (the binding denies) or audit (warnings and audit annotations only).")
 	f.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespace", o.ExcludeNamespaces, "Namespaces the binding never judges, as the webhook configurations' namespaceSelector excludes them (repeat or comma-separate).")
-	f.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What the API server does when the policy cannot be evaluated: Fail or Ignore.")
+	f.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What the API server does when it cannot evaluate the policy (its parameters' kind not served): Ignore admits, the webhook still judges; Fail refuses every QuantumNode write.")
 	f.StringVarP(&o.Output, "output", "o", o.Output, "Output: yaml (the objects, the report as comments) or text (the report only).")
 	_ = cmd.MarkFlagDirname("policy-dir")
 	_ = cmd.RegisterFlagCompletionFunc("mode", fixedCompletion(vapEnforce, vapAudit))

@@ -84,7 +84,7 @@ func TestVAPOptions(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "roles_test.rego")); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := run(t, "", "vap", "--policy-dir", dir, "--mode", "audit", "--name", "qn", "--exclude-namespace", "kube-system,qn-system", "--failure-policy", "Ignore")
+	code, out, errOut := run(t, "", "vap", "--policy-dir", dir, "--mode", "audit", "--name", "qn", "--exclude-namespace", "kube-system,qn-system", "--failure-policy", "Fail")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -92,7 +92,7 @@ func TestVAPOptions(t *testing.T) {
 	if got := binding.Spec.ValidationActions; len(got) != 2 || got[0] != admissionregistrationv1.Audit || got[1] != admissionregistrationv1.Warn {
 		t.Errorf("audit mode binds with %v, want [Audit Warn]", got)
 	}
-	if binding.Name != "qn" || binding.Spec.ParamRef.Name != "qn" || *policy.Spec.FailurePolicy != admissionregistrationv1.Ignore {
+	if binding.Name != "qn" || binding.Spec.ParamRef.Name != "qn" || *policy.Spec.FailurePolicy != admissionregistrationv1.Fail {
 		t.Errorf("binding %s paramRef %s failurePolicy %s", binding.Name, binding.Spec.ParamRef.Name, *policy.Spec.FailurePolicy)
 	}
 	if got := binding.Spec.MatchResources.NamespaceSelector.MatchExpressions[0].Values; strings.Join(got, ",") != "kube-system,qn-system" {

@@ -1,0 +1,368 @@
+package policies
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/quantumnode/qn-admission/internal/clip"
+	"github.com/quantumnode/qn-admission/policies/window"
+)
+
+// ShadowMessage is the decision log's message of a shadow disagreement.
+const ShadowMessage = "shadow disagreement"
+
+// Defaults of ShadowOptions.
+const (
+	DefaultShadowQueue = 256
+	DefaultShadowCPU   = 0.25
+	// shadowQueueBytes bounds the request bytes waiting for the shadow:
+	// a queued request holds its decoded objects.
+	shadowQueueBytes = 8 << 20
+	// shadowMinRest is the shortest rest the shadow takes to keep to its
+	// CPU share, and the most it may run ahead of it.
+	shadowMinRest = 10 * time.Millisecond
+)
+
+// ShadowOptions configure a Shadow.
+type ShadowOptions struct {
+	// Served is the engine whose answers are served; Windows its rate
+	// windows, which the shadow reads and never counts in.
+	Served  *Engine
+	Windows window.Counter
+	// Queue is how many requests may wait for the shadow (default
+	// DefaultShadowQueue); a request that finds it full is not judged by
+	// the candidate and is counted as dropped.
+	Queue int
+	// CPU is the share of one CPU the shadow may use (default
+	// DefaultShadowCPU): after a judgement that took d, it rests
+	// d*(1/CPU-1), so the served requests keep the rest.
+	CPU float64
+	// Log receives one line per disagreement (the decision log).
+	Log *slog.Logger
+	// Registry, when set, receives the shadow's metrics.
+	Registry prometheus.Registerer
+}
+
+// Shadow judges every served request again with a candidate policy set,
+// off the response path: Submit queues the request and its served answer
+// without waiting, and one worker judges it with the candidate, under a
+// CPU share, reading the served rate windows through a window.View (it
+// never takes a slot). Every answer that differs is a metric and a
+// decision log line with both answers. The served answer, readiness and
+// strict health never depend on it.
+type Shadow struct {
+	candidate *Engine
+	opts      ShadowOptions
+	queue     chan shadowJob
+	// queued counts the request bytes waiting.
+	queued atomic.Int64
+
+	judged, dropped, disagreed atomic.Int64
+	metrics                    shadowMetrics
+}
+
+type shadowJob struct {
+	path   Path
+	in     Input
+	served Decision
+	bytes  int64
+	at     time.Time
+}
+
+type shadowMetrics struct {
+	disagreements *prometheus.CounterVec
+	evaluations   prometheus.Counter
+	dropped       *prometheus.CounterVec
+	lag           prometheus.Histogram
+}
+
+// NewShadow judges with the set candidate holds (a Source keeps it
+// current, as it keeps the served engine).
+func NewShadow(candidate *Engine, opts ShadowOptions) *Shadow {
+	if opts.Queue <= 0 {
+		opts.Queue = DefaultShadowQueue
+	}
+	if opts.CPU <= 0 || opts.CPU > 1 {
+		opts.CPU = DefaultShadowCPU
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Shadow{candidate: candidate, opts: opts, queue: make(chan shadowJob, opts.Queue)}
+	s.metrics = shadowMetrics{
+		disagreements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_shadow_disagreements_total",
+			Help: "Requests the shadow (candidate) policy set answers differently from the served set, by the served role and both answers (allowed, warned, denied; patched, unpatched on the mutating path; from = to when the reasons, warnings or patch differ).",
+		}, []string{"role", "from", "to"}),
+		evaluations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "qn_admission_shadow_evaluations_total",
+			Help: "Requests the shadow policy set judged.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_shadow_dropped_total",
+			Help: "Requests the shadow policy set did not judge, by reason (full: its queue was full; unloaded: no candidate set has loaded).",
+		}, []string{"reason"}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "qn_admission_shadow_lag_seconds",
+			Help:    "From the served answer to the shadow's judgement of the same request.",
+			Buckets: []float64{.0005, .001, .005, .01, .05, .1, .5, 1, 5},
+		}),
+	}
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(s.metrics.disagreements, s.metrics.evaluations, s.metrics.dropped, s.metrics.lag)
+	}
+	return s
+}
+
+// Submit queues a served request for the candidate and returns at once:
+// when the queue is full the request is dropped and counted.
+func (s *Shadow) Submit(path Path, in *Input, served Decision) {
+	if in == nil || in.Request == nil {
+		return
+	}
+	n := int64(len(in.Request.Object.Raw) + len(in.Request.OldObject.Raw))
+	if s.queued.Add(n) > shadowQueueBytes && n > 0 {
+		s.queued.Add(-n)
+		s.drop("full")
+		return
+	}
+	select {
+	case s.queue <- shadowJob{path: path, in: *in, served: served, bytes: n, at: time.Now()}:
+	default:
+		s.queued.Add(-n)
+		s.drop("full")
+	}
+}
+
+func (s *Shadow) drop(reason string) {
+	s.dropped.Add(1)
+	s.metrics.dropped.WithLabelValues(reason).Inc()
+}
+
+// Run judges queued requests until ctx ends.
+func (s *Shadow) Run(ctx context.Context) error {
+	// rest is the time owed to the served requests: each judgement that
+	// took d adds d*(1/CPU-1). It is paid in sleeps of at least
+	// shadowMinRest, as a timer wakes late on a busy node; a sleep that
+	// overran pays for the judgements after it.
+	var rest time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case j := <-s.queue:
+			s.queued.Add(-j.bytes)
+			start := time.Now()
+			s.judge(ctx, &j)
+			rest += time.Duration(float64(time.Since(start)) * (1/s.opts.CPU - 1))
+			if rest < shadowMinRest {
+				continue
+			}
+			slept := time.Now()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(rest):
+			}
+			rest = max(rest-time.Since(slept), -shadowMinRest)
+		}
+	}
+}
+
+// judge answers one request with the candidate and compares.
+func (s *Shadow) judge(ctx context.Context, j *shadowJob) {
+	set := s.candidate.Current()
+	if set == nil {
+		s.drop("unloaded")
+		return
+	}
+	// The served request took its window slot when it was admitted: the
+	// candidate sees the window without it, as the served policies did.
+	skip := ""
+	if j.path == PathValidate && j.served.Allowed && j.served.Window != nil && !j.in.Facts.DryRun && s.opts.Served != nil {
+		if p := s.opts.Served.Plan(&j.in, PathValidate); p.Window != nil {
+			skip = p.Window.Key
+		}
+	}
+	e := NewEngine(set, EngineOptions{Windows: window.NewView(s.opts.Windows, skip)})
+	var d Decision
+	if j.path == PathMutate {
+		d = e.Mutate(ctx, &j.in)
+	} else {
+		d = e.Validate(ctx, &j.in)
+	}
+	s.judged.Add(1)
+	s.metrics.evaluations.Inc()
+	s.metrics.lag.Observe(time.Since(j.at).Seconds())
+	if Agree(j.served, d) {
+		return
+	}
+	s.disagreed.Add(1)
+	from, to := AnswerClass(j.path, j.served), AnswerClass(j.path, d)
+	s.metrics.disagreements.WithLabelValues(s.roleLabel(j.served.Role), from, to).Inc()
+	s.log(ctx, j, d, from, to)
+}
+
+// roleLabel keeps the role label in the served set's roles.
+func (s *Shadow) roleLabel(role string) string {
+	if role == "" || s.opts.Served == nil {
+		return role
+	}
+	if set := s.opts.Served.Current(); set != nil {
+		if _, ok := set.Roles.Roles[role]; ok {
+			return role
+		}
+	}
+	return "unknown"
+}
+
+// AnswerClass names an answer in a word: allowed, warned or denied on the
+// validating path, patched or unpatched on the mutating path.
+func AnswerClass(path Path, d Decision) string {
+	switch {
+	case !d.Allowed:
+		return "denied"
+	case path == PathMutate && len(d.Patch) > 0:
+		return "patched"
+	case path == PathMutate:
+		return "unpatched"
+	case len(d.Warnings) > 0:
+		return "warned"
+	}
+	return "allowed"
+}
+
+// Agree says two answers to one request are the same: admitted or not,
+// with the same code and message, the same warnings and the same patch
+// (as a set of operations).
+func Agree(a, b Decision) bool {
+	if a.Allowed != b.Allowed || a.Code != b.Code || a.Message != b.Message {
+		return false
+	}
+	x, y := slices.Clone(a.Warnings), slices.Clone(b.Warnings)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y) && samePatchOps(a.Patch, b.Patch)
+}
+
+// samePatchOps compares two JSONPatch documents as sets of operations.
+func samePatchOps(a, b []byte) bool {
+	if string(a) == string(b) {
+		return true
+	}
+	ops := func(p []byte) []string {
+		var list []json.RawMessage
+		_ = json.Unmarshal(p, &list)
+		out := make([]string, 0, len(list))
+		for _, op := range list {
+			var v any
+			_ = json.Unmarshal(op, &v)
+			c, _ := json.Marshal(v) // maps marshal with sorted keys
+			out = append(out, string(c))
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(ops(a), ops(b))
+}
+
+// log writes the disagreement's decision log line: the request as the
+// decision line names it, and both answers.
+func (s *Shadow) log(ctx context.Context, j *shadowJob, d Decision, from, to string) {
+	attrs := make([]slog.Attr, 0, 16)
+	attrs = append(attrs, slog.String("webhook", j.path.String()))
+	attrs = RequestLogAttrs(attrs, j.in.Request)
+	attrs = append(attrs,
+		slog.String("requestTime", j.in.Facts.Time.UTC().Format(time.RFC3339Nano)),
+		slog.String("from", from),
+		slog.String("to", to),
+		shadowSide("served", j.served),
+		shadowSide("shadow", d),
+	)
+	s.opts.Log.LogAttrs(ctx, slog.LevelInfo, ShadowMessage, attrs...)
+}
+
+// RequestLogAttrs appends to attrs the request as a decision log line
+// names it (uid, requester, operation, kind, namespace, name, dry run),
+// each caller-controlled value clipped.
+func RequestLogAttrs(attrs []slog.Attr, r *admissionv1.AdmissionRequest) []slog.Attr {
+	f := func(v string) string { return clip.String(v, clip.FieldBytes) }
+	return append(attrs,
+		slog.String("uid", f(string(r.UID))),
+		slog.String("user", f(r.UserInfo.Username)),
+		slog.Any("groups", clip.Strings(r.UserInfo.Groups, clip.ListItems, clip.FieldBytes)),
+		slog.String("operation", f(string(r.Operation))),
+		slog.String("kind", f(r.Kind.Group+"/"+r.Kind.Kind)),
+		slog.String("namespace", f(r.Namespace)),
+		slog.String("name", f(r.Name)),
+		slog.Bool("dryRun", r.DryRun != nil && *r.DryRun),
+	)
+}
+
+// ShadowAnswer is one side of a disagreement as the decision log holds it.
+type ShadowAnswer struct {
+	Allowed  bool      `json:"allowed"`
+	Code     int32     `json:"code"`
+	Role     string    `json:"role,omitempty"`
+	Revision string    `json:"revision,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Warnings []string  `json:"warnings,omitempty"`
+	Patch    string    `json:"patch,omitempty"`
+	Denials  []Finding `json:"denials,omitempty"`
+}
+
+func shadowSide(name string, d Decision) slog.Attr {
+	m := func(v string) string { return clip.String(v, clip.MessageBytes) }
+	a := ShadowAnswer{Allowed: d.Allowed, Code: d.Code, Role: clip.String(d.Role, clip.FieldBytes), Revision: d.Revision,
+		Message: m(d.Message), Warnings: clip.Strings(d.Warnings, clip.ListItems, clip.MessageBytes), Patch: m(string(d.Patch))}
+	for i, f := range d.Denials {
+		if i == clip.ListItems {
+			break
+		}
+		f.Message = m(f.Message)
+		a.Denials = append(a.Denials, f)
+	}
+	return slog.Any(name, a)
+}
+
+// Status is the shadow's line in /readyz?verbose: which candidate judges
+// and what it found. It never fails readiness.
+func (s *Shadow) Status() string {
+	rev := "no candidate set loaded"
+	if set := s.candidate.Current(); set != nil {
+		rev = "candidate " + set.Revision
+	}
+	return fmt.Sprintf("%s: %d judged, %d disagreements, %d dropped", rev, s.judged.Load(), s.disagreed.Load(), s.dropped.Load())
+}
+
+// Shadowed answers with Served and submits every answer to Shadow: a
+// Decider for the webhook that serves one set and tries another.
+type Shadowed struct {
+	Served *Engine
+	Shadow *Shadow
+}
+
+// Validate implements webhook.Decider.
+func (s Shadowed) Validate(ctx context.Context, in *Input) Decision {
+	d := s.Served.Validate(ctx, in)
+	s.Shadow.Submit(PathValidate, in, d)
+	return d
+}
+
+// Mutate implements webhook.Decider.
+func (s Shadowed) Mutate(ctx context.Context, in *Input) Decision {
+	d := s.Served.Mutate(ctx, in)
+	s.Shadow.Submit(PathMutate, in, d)
+	return d
+}
+
+// Current is the served set (the webhook labels metrics by its roles).
+func (s Shadowed) Current() *Set { return s.Served.Current() }

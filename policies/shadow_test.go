@@ -1,0 +1,220 @@
+package policies
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quantumnode/qn-admission/policies/window"
+)
+
+// shadowRoles is a role table whose role r has a window of three changes
+// per user and runs package p.
+const shadowRoles = "defaultRole: r\nroles:\n  r:\n    operations: [CREATE, UPDATE]\n    window: {limit: 3, period: 60s}\n    packages: [p]\n"
+
+// servedPolicy refuses nodes labelled deny=yes.
+const servedPolicy = `package p
+deny contains "labelled deny" if input.context.labels.deny == "yes"
+`
+
+// candidatePolicy tightens one rule (tier=gold is refused too) and
+// loosens another (deny=yes is admitted when labelled exempt=yes).
+const candidatePolicy = `package p
+deny contains "labelled deny" if {
+	input.context.labels.deny == "yes"
+	not input.context.labels.exempt == "yes"
+}
+deny contains "gold tier is closed" if input.context.labels.tier == "gold"
+`
+
+func loadMapSet(t *testing.T, policy string) *Set {
+	t.Helper()
+	set, err := Load(context.Background(), fstest.MapFS{"roles.yaml": {Data: []byte(shadowRoles)}, "p.rego": {Data: []byte(policy)}}, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// lockedBuffer is a log destination the shadow's worker and the test share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
+}
+
+type shadowRig struct {
+	served   *Engine
+	windows  *window.MemoryStore
+	shadow   *Shadow
+	shadowed Shadowed
+	reg      *prometheus.Registry
+	log      *lockedBuffer
+}
+
+func newShadowRig(t *testing.T, served, candidate string, queue int) *shadowRig {
+	t.Helper()
+	r := &shadowRig{windows: window.NewMemoryStore(clocktesting.NewFakePassiveClock(t0), window.MemoryOptions{}), reg: prometheus.NewRegistry(), log: &lockedBuffer{}}
+	r.served = NewEngine(loadMapSet(t, served), EngineOptions{Windows: r.windows})
+	r.shadow = NewShadow(NewEngine(loadMapSet(t, candidate), EngineOptions{}), ShadowOptions{
+		Served: r.served, Windows: r.windows, Queue: queue, CPU: 1,
+		Log: slog.New(slog.NewJSONHandler(r.log, nil)), Registry: r.reg,
+	})
+	r.shadowed = Shadowed{Served: r.served, Shadow: r.shadow}
+	return r
+}
+
+func (r *shadowRig) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.shadow.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// settle waits until the shadow has judged n requests.
+func (r *shadowRig) settle(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.shadow.judged.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shadow judged %d of %d requests in 10s", r.shadow.judged.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestShadowCountsEveryDisagreementAndOnlyThose(t *testing.T) {
+	r := newShadowRig(t, servedPolicy, candidatePolicy, 64)
+	r.run(t)
+	// A crafted mix, each requester once (their windows never fill): two
+	// newly refused (gold), one newly admitted (deny and exempt), two
+	// refused by both, three admitted by both.
+	mix := []struct {
+		user   string
+		labels map[string]string
+	}{
+		{"gold-1", map[string]string{"tier": "gold"}},
+		{"gold-2", map[string]string{"tier": "gold"}},
+		{"exempt", map[string]string{"deny": "yes", "exempt": "yes"}},
+		{"deny-1", map[string]string{"deny": "yes"}},
+		{"deny-2", map[string]string{"deny": "yes"}},
+		{"plain-1", nil},
+		{"plain-2", map[string]string{"tier": "silver"}},
+		{"plain-3", nil},
+	}
+	for _, m := range mix {
+		in := node{user: m.user, labels: m.labels}.input()
+		in.Request.UserInfo.Username = m.user
+		d := r.shadowed.Validate(context.Background(), in)
+		want := m.labels["deny"] != "yes"
+		if d.Allowed != want {
+			t.Fatalf("%s: the served answer is allowed=%v, want %v: the shadow changed it", m.user, d.Allowed, want)
+		}
+	}
+	r.settle(t, int64(len(mix)))
+	want := `
+# HELP qn_admission_shadow_disagreements_total Requests the shadow (candidate) policy set answers differently from the served set, by the served role and both answers (allowed, warned, denied; patched, unpatched on the mutating path; from = to when the reasons, warnings or patch differ).
+# TYPE qn_admission_shadow_disagreements_total counter
+qn_admission_shadow_disagreements_total{from="allowed",role="r",to="denied"} 2
+qn_admission_shadow_disagreements_total{from="denied",role="r",to="allowed"} 1
+`
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "qn_admission_shadow_disagreements_total"); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.shadow.metrics.evaluations); got != float64(len(mix)) {
+		t.Fatalf("evaluations = %v, want %d", got, len(mix))
+	}
+	lines := r.log.lines()
+	if len(lines) != 3 {
+		t.Fatalf("want 3 decision log lines, one per disagreement, got %d:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	byUser := map[string]map[string]any{}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("decision log line %q: %v", l, err)
+		}
+		if m["msg"] != ShadowMessage {
+			t.Fatalf("msg = %v, want %q", m["msg"], ShadowMessage)
+		}
+		byUser[m["user"].(string)] = m
+	}
+	gold := byUser["gold-1"]
+	if gold["from"] != "allowed" || gold["to"] != "denied" {
+		t.Fatalf("gold-1: from %v to %v, want allowed to denied", gold["from"], gold["to"])
+	}
+	shadowSide := gold["shadow"].(map[string]any)
+	if shadowSide["allowed"] != false || !strings.Contains(shadowSide["message"].(string), "gold tier is closed") {
+		t.Fatalf("gold-1's shadow answer does not say why it refuses: %v", shadowSide)
+	}
+	if served := gold["served"].(map[string]any); served["allowed"] != true || served["revision"] == shadowSide["revision"] {
+		t.Fatalf("gold-1's served answer: %v (shadow revision %v)", served, shadowSide["revision"])
+	}
+	if exempt := byUser["exempt"]; exempt["from"] != "denied" || exempt["to"] != "allowed" {
+		t.Fatalf("exempt: from %v to %v, want denied to allowed", exempt["from"], exempt["to"])
+	}
+	if !strings.Contains(r.shadow.Status(), "8 judged, 3 disagreements, 0 dropped") {
+		t.Fatalf("status %q", r.shadow.Status())
+	}
+}
+
+// The shadow reads the served windows and never takes a slot: the served
+// requester gets exactly the role's limit, and a candidate with the same
+// rules agrees on every answer, the window's refusals included.
+func TestShadowSeesTheServedWindowWithoutCountingInIt(t *testing.T) {
+	r := newShadowRig(t, servedPolicy, servedPolicy, 64)
+	r.run(t)
+	const requests = 5
+	admitted := 0
+	for i := range requests {
+		d := r.shadowed.Validate(context.Background(), node{user: "alice"}.input())
+		if d.Allowed {
+			admitted++
+		}
+		// Judge each before the next, as the served windows move on.
+		r.settle(t, int64(i+1))
+	}
+	if admitted != 3 {
+		t.Fatalf("the served set admitted %d of %d changes in a window of 3: the shadow counted in it", admitted, requests)
+	}
+	if n := r.shadow.disagreed.Load(); n != 0 {
+		t.Fatalf("an identical candidate disagreed %d times:\n%s", n, strings.Join(r.log.lines(), "\n"))
+	}
+}
+
+func TestShadowDropsWhatItCannotQueue(t *testing.T) {
+	r := newShadowRig(t, servedPolicy, candidatePolicy, 2)
+	// No worker runs: the queue holds two requests, the rest are dropped
+	// and the served answers are given at once all the same.
+	for i := range 5 {
+		if d := r.shadowed.Validate(context.Background(), node{user: "u" + string(rune('a'+i))}.input()); !d.Allowed {
+			t.Fatalf("request %d refused: %s", i, d.Message)
+		}
+	}
+	if got := testutil.ToFloat64(r.shadow.metrics.dropped.WithLabelValues("full")); got != 3 {
+		t.Fatalf("dropped{full} = %v, want 3", got)
+	}
+	r.run(t)
+	r.settle(t, 2)
+}
