@@ -259,6 +259,7 @@ func TestPatchMayNotPadArraysWithoutBound(t *testing.T) {
 		`[{"op":"add","path":"/spec/services/999999/name","value":"a"}]`,
 		`[{"op":"add","path":"/metadata/labels/a/4097","value":"1"}]`,
 		`[{"op":"copy","from":"/spec/hardware","path":"/spec/z/100000000000000000000000/y"}]`,
+		`[{"op":"add","path":"m/atadata/999999/y","value":1}]`, // json-patch drops the first segment, "/" or not
 	}
 	for _, opsJSON := range refused {
 		var ops []rego.PatchOp
