@@ -751,3 +751,33 @@ func TestEnvtestRebuildRecreatesTheServiceAndDeletesTheMachine(t *testing.T) {
 		t.Errorf("RemediationStarted says %q", note)
 	}
 }
+
+// TestEnvtestAPolicyChangeAppliesWithoutARestart: thresholds are read from
+// the policy as it is now. A node held Degraded by an hour's failedAfter
+// fails as soon as the policy's failedAfter is lowered, with no change of
+// the Node or the QuantumNode to wake it: the policy's update does.
+func TestEnvtestAPolicyChangeAppliesWithoutARestart(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	ns := h.namespace(t)
+	policy := policyName(t)
+	p := h.createPolicy(t, policy, func(s *qnv1alpha1.QuantumNodeHealthPolicySpec) {
+		s.Node.FailedAfter = dur(time.Hour)
+	})
+	node := nodeName(t, "w1")
+	h.createNode(t, node, "arm64", true, nil)
+	h.createQuantumNode(t, ns, "edge", labelled(policy), func(qn *qnv1alpha1.QuantumNode) { qn.Spec.NodeName = node })
+	key := client.ObjectKey{Namespace: ns, Name: "edge"}
+	h.waitForHealth(t, key, qnv1alpha1.HealthHealthy)
+	h.setNodeReady(t, node, false)
+	h.waitForHealth(t, key, qnv1alpha1.HealthDegraded)
+	time.Sleep(2 * time.Second)
+	if got := h.get(t, key).Status.Health; got != qnv1alpha1.HealthDegraded {
+		t.Fatalf("health %s before the policy changed, want Degraded (failedAfter is an hour)", got)
+	}
+	h.update(t, p, func() { p.Spec.Node.FailedAfter = dur(2 * time.Second) })
+	qn := h.waitForHealth(t, key, qnv1alpha1.HealthFailed)
+	if c := meta.FindStatusCondition(qn.Status.Conditions, qnv1alpha1.ConditionHealthy); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Healthy condition %+v, want False", c)
+	}
+}
