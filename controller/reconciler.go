@@ -169,7 +169,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 // +kubebuilder:rbac:groups=qn.dev,resources=quantumnodes/status,verbs=update;patch
 // +kubebuilder:rbac:groups=qn.dev,resources=quantumnodehealthpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=qn.dev,resources=quantumnodehealthpolicies/status,verbs=update;patch
-// +kubebuilder:rbac:groups=qn.dev,resources=quantumnoderoletables,verbs=get;create;update
+// +kubebuilder:rbac:groups=qn.dev,resources=quantumnoderoletables,verbs=get;create;update;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch

@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
@@ -44,16 +45,19 @@ type RoleTableSync struct {
 func (s *RoleTableSync) Start(ctx context.Context) error {
 	poll := time.NewTicker(s.PollInterval)
 	defer poll.Stop()
-	synced, last := "", time.Time{}
+	synced, last, failed := "", time.Time{}, ""
 	for {
 		set := s.Engine.Current()
 		if set.Revision != synced || time.Since(last) >= s.Resync {
 			if err := s.sync(ctx, set); err != nil {
-				// The last written table stays: the API server keeps
-				// enforcing it until this succeeds.
-				s.Logger.Error(err, "keep the QuantumNodeRoleTable in step with the policies", "name", s.Name, "revision", set.Revision)
+				// Tried again at the next poll; said once until it
+				// changes.
+				if err.Error() != failed {
+					s.Logger.Error(err, "keep the QuantumNodeRoleTable in step with the policies", "name", s.Name, "revision", set.Revision)
+				}
+				failed = err.Error()
 			} else {
-				synced, last = set.Revision, time.Now()
+				synced, last, failed = set.Revision, time.Now(), ""
 			}
 		}
 		select {
@@ -68,10 +72,19 @@ func (s *RoleTableSync) Start(ctx context.Context) error {
 func (*RoleTableSync) NeedLeaderElection() bool { return true }
 
 // sync writes the set's compiled role table when the stored one differs.
+// A set whose table does not compile (it exceeds the parameters' limits)
+// removes the stored one: the policy then stands aside
+// (parameterNotFoundAction Allow) and the webhook alone judges, where
+// keeping the last table would have the API server refuse by an old table
+// what the webhook now admits (a role just added, say).
 func (s *RoleTableSync) sync(ctx context.Context, set *policies.Set) error {
 	compiled, err := vap.Compile(set, vap.Options{Name: s.Name, Source: s.Source})
 	if err != nil {
-		return err
+		stale := &qnv1alpha1.QuantumNodeRoleTable{ObjectMeta: metav1.ObjectMeta{Name: s.Name}}
+		if derr := s.Client.Delete(ctx, stale); derr != nil && !kerrors.IsNotFound(derr) {
+			return fmt.Errorf("%w; and the stale QuantumNodeRoleTable %s could not be removed, so the API server still enforces it: %v", err, s.Name, derr)
+		}
+		return fmt.Errorf("%w; QuantumNodeRoleTable %s removed: the API server's copy of the role table stands aside until the table compiles", err, s.Name)
 	}
 	want := compiled.Params
 	have := &qnv1alpha1.QuantumNodeRoleTable{}

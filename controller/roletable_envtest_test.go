@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -107,6 +108,30 @@ func TestEnvtestTheRoleTableFollowsThePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("a hand edit is undone", "cn-shanghai,cn-beijing")
+
+	// A table beyond the parameters' limits does not compile: the stale
+	// one is removed (the policy stands aside; the webhook judges by the
+	// new table alone), and written again once the table compiles.
+	var many []string
+	for i := range 65 {
+		many = append(many, fmt.Sprintf("user-%02d", i))
+	}
+	engine.Swap(loadRoleTable(t, func(s string) string {
+		return strings.Replace(s, "requesters: {groups: [system:authenticated]}", "requesters: {users: ["+strings.Join(many, ", ")+"]}", 1)
+	}))
+	eventually(t, "a table that does not compile removes the stale one", func() error {
+		if _, _, err := zones(); !kerrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	engine.Swap(loadRoleTable(t, func(s string) string {
+		return strings.Replace(s, "allowedZones: [cn-shanghai]", "allowedZones: [cn-shanghai, cn-beijing]", 1)
+	}))
+	want("a table that compiles again is written again", "cn-shanghai,cn-beijing")
+	if err := h.client.Get(context.Background(), client.ObjectKey{Name: name}, rt); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := h.client.Delete(context.Background(), rt); err != nil {
 		t.Fatal(err)
