@@ -26,6 +26,9 @@ type Target struct {
 	RootCAs      *x509.CertPool
 	// PID is the server process, for its CPU time and RSS; 0 if unknown.
 	PID int
+	// HelperPIDs are processes the server needs to answer (its
+	// redis-server): their CPU time counts in the server's.
+	HelperPIDs []int
 	// Judges is true for targets that run the QuantumNode policies; their
 	// decisions are checked against the fixtures' expectations. The bare
 	// ceiling admits everything and is checked for a well-formed answer only.

@@ -21,11 +21,22 @@ import (
 type Server struct {
 	*Target
 	proc *harness.Process
+	// helpers are processes the server needs (its redis-server), stopped
+	// after it.
+	helpers []*harness.Process
 }
 
-// Stop sends SIGTERM and waits for the process to exit (killing it after
-// 20 seconds).
-func (s *Server) Stop() error { return s.proc.Stop() }
+// Stop sends SIGTERM and waits for the process, then its helpers, to exit
+// (killing each after 20 seconds).
+func (s *Server) Stop() error {
+	err := s.proc.Stop()
+	for _, h := range s.helpers {
+		if herr := h.Stop(); err == nil {
+			err = herr
+		}
+	}
+	return err
+}
 
 // Logs is the tail of what the process printed.
 func (s *Server) Logs() string { return s.proc.Logs() }
@@ -148,6 +159,42 @@ func StartWebhookWithEnv(name, bin, certDir string, env []string, extra ...strin
 	}, proc: w.Process}, nil
 }
 
+// StartWebhookWithRedis is StartWebhookWithEnv with rate windows in a
+// redis-server of its own (started here, persistence off, as the chart's
+// bundled one), whose CPU time counts in the target's: the shared window as
+// a user pays for it.
+func StartWebhookWithRedis(name, bin, certDir string, env []string, extra ...string) (*Server, error) {
+	redisBin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("%s needs redis-server, which is not on PATH: install it (Debian: apt-get install -y redis-server)", name)
+	}
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	if err := os.MkdirAll(certDir+"-redis", 0o755); err != nil {
+		return nil, err
+	}
+	redis, err := harness.Start(redisBin, []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", certDir + "-redis"}, serverProcess)
+	if err != nil {
+		return nil, err
+	}
+	s, err := StartWebhookWithEnv(name, bin, certDir, env, append([]string{"--window-store", "redis", "--redis-address", addr}, extra...)...)
+	if err != nil {
+		_ = redis.Stop()
+		return nil, err
+	}
+	if strings.Contains(s.Logs(), "Redis does not answer yet") {
+		_ = s.Stop()
+		_ = redis.Stop()
+		return nil, fmt.Errorf("%s: redis-server on %s did not answer at start:\n%s", name, addr, redis.Logs())
+	}
+	s.helpers = append(s.helpers, redis)
+	s.HelperPIDs = append(s.HelperPIDs, redis.PID())
+	return s, nil
+}
+
 // StartCeiling runs the bare-TLS ceiling server with a certificate in
 // certDir.
 func StartCeiling(bin, certDir string) (*Server, error) {
@@ -179,6 +226,14 @@ const OPAMutatePath = "/v0/data/system/mutate"
 // policy in OPADir, as users deploy it for admission control: the default
 // decision system/main answers POST / with an AdmissionReview.
 func StartOPA(bin, certDir string) (*Server, error) {
+	return StartOPAWithEnv(NameOPA, bin, certDir, nil)
+}
+
+// StartOPAWithEnv is StartOPA with extra environment variables (the Go
+// runtime settings qn-webhook is measured with), named name.
+func StartOPAWithEnv(name, bin, certDir string, env []string) (*Server, error) {
+	opts := serverProcess
+	opts.Env = env
 	bundle, err := certs.SelfSigned(certs.SelfSignedOptions{Dir: certDir, DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	if err != nil {
 		return nil, err
@@ -194,7 +249,7 @@ func StartOPA(bin, certDir string) (*Server, error) {
 		"--config-file", filepath.Join(dir, "config.yaml"),
 		"--disable-telemetry", "--log-level", "error",
 		filepath.Join(dir, "policy"),
-	}, serverProcess)
+	}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +282,7 @@ func StartOPA(bin, certDir string) (*Server, error) {
 		}
 	}
 	return &Server{Target: &Target{
-		Name: "OPA", BaseURL: "https://" + addr, ValidatePath: "/", MutatePath: OPAMutatePath,
+		Name: name, BaseURL: "https://" + addr, ValidatePath: "/", MutatePath: OPAMutatePath,
 		RootCAs: pool, PID: p.PID(), Judges: true,
 	}, proc: p}, nil
 }

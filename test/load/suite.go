@@ -158,7 +158,7 @@ func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (S
 	if err != nil {
 		return Slice{}, err
 	}
-	sampler, err := StartSampler(srv.PID, 50*time.Millisecond)
+	sampler, err := StartSampler(srv.PID, 50*time.Millisecond, srv.HelperPIDs...)
 	if err != nil {
 		return Slice{}, err
 	}

@@ -37,6 +37,7 @@ type options struct {
 	inProcess       string
 	cpuProfile      string
 	gogcVariant     string
+	redis           bool
 	profileDuration time.Duration
 }
 
@@ -54,7 +55,8 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", "closed-validate,closed-mutate,open-validate", "Scenarios to run, in order.")
 	flag.StringVar(&o.doc, "doc", "", "Rewrite the generated load section of this Markdown file (e.g. docs/benchmarks.md).")
 	flag.StringVar(&o.inProcess, "inprocess", "", "`go test -bench` output to include as the in-process table.")
-	flag.StringVar(&o.gogcVariant, "runtime-variant", "GOMEMLIMIT=192MiB", "Also measure qn-webhook run with this Go runtime variable in the closed validate loop (default: the soft limit qn-webhook sets itself in the chart's 256 MiB container, which also selects GOGC=400; e.g. GOGC=400).")
+	flag.StringVar(&o.gogcVariant, "runtime-variant", "GOMEMLIMIT=192MiB", "Also measure qn-webhook, its Redis-windowed form and OPA with this Go runtime variable in the closed validate loop (default: the soft limit qn-webhook sets itself in the chart's 256 MiB container, which also selects GOGC=400; e.g. GOGC=400; empty: none).")
+	flag.BoolVar(&o.redis, "redis", true, "Also measure qn-webhook with its windows in a redis-server of its own (needs redis-server on PATH), redis-server's CPU counted in its figures.")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
 	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
 	flag.Parse()
@@ -143,16 +145,40 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	// Each of qn-webhook, its Redis-windowed form and OPA runs with Go's
+	// defaults and, when given, with the runtime variant: they are
+	// compared at equal settings only.
+	envs := [][]string{nil}
 	if o.gogcVariant != "" {
-		name := gogcName(o.gogcVariant)
-		if err := start(name, func() (*load.Server, error) {
-			return load.StartWebhookWithEnv(name, webhookBin, filepath.Join(work, "qn-gogc-certs"), []string{o.gogcVariant})
+		envs = append(envs, []string{o.gogcVariant})
+	}
+	for i, env := range envs {
+		named := func(target string) string {
+			if env == nil {
+				return target
+			}
+			return load.WithRuntime(target, o.gogcVariant)
+		}
+		dir := func(what string) string { return filepath.Join(work, fmt.Sprintf("%s-%d-certs", what, i)) }
+		if env != nil {
+			if err := start(named(load.NameWebhook), func() (*load.Server, error) {
+				return load.StartWebhookWithEnv(named(load.NameWebhook), webhookBin, dir("qn"), env)
+			}); err != nil {
+				return err
+			}
+		}
+		if o.redis {
+			if err := start(named(load.NameWebhookRedis), func() (*load.Server, error) {
+				return load.StartWebhookWithRedis(named(load.NameWebhookRedis), webhookBin, dir("qn-redis"), env)
+			}); err != nil {
+				return err
+			}
+		}
+		if err := start(named(load.NameOPA), func() (*load.Server, error) {
+			return load.StartOPAWithEnv(named(load.NameOPA), opaBin, dir("opa"), env)
 		}); err != nil {
 			return err
 		}
-	}
-	if err := start(load.NameOPA, func() (*load.Server, error) { return load.StartOPA(opaBin, filepath.Join(work, "opa-certs")) }); err != nil {
-		return err
 	}
 	if err := start(load.NameCeiling, func() (*load.Server, error) {
 		return load.StartCeiling(ceilingBin, filepath.Join(work, "ceiling-certs"))
@@ -165,7 +191,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	suite := &load.Suite{Servers: servers, Fixtures: fixtures, Slices: o.slices, Warmup: o.warmup, Log: os.Stderr}
-	report := &load.Report{Machine: machine, Started: time.Now(), Slices: o.slices, SliceTime: o.slice, Users: o.users, InProcess: inProcess, InProcessNotes: inProcessNotes}
+	report := &load.Report{RuntimeVariant: o.gogcVariant, Machine: machine, Started: time.Now(), Slices: o.slices, SliceTime: o.slice, Users: o.users, InProcess: inProcess, InProcessNotes: inProcessNotes}
 	logf("load average before: %s", machine.LoadBefore)
 	results, err := suite.Run(ctx, scenarios)
 	if err != nil {
@@ -204,15 +230,28 @@ func run(ctx context.Context, o options) error {
 }
 
 func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario, error) {
-	validateTargets := []string{load.NameWebhook}
-	if _, ok := servers[load.NameWebhookExtra]; ok {
-		validateTargets = append(validateTargets, load.NameWebhookExtra)
+	// Only the servers that run, in the order the tables show them: each
+	// setting's qn-webhook forms beside its OPA.
+	running := func(names ...string) []string {
+		var out []string
+		for _, n := range names {
+			if _, ok := servers[n]; ok {
+				out = append(out, n)
+			}
+		}
+		return out
 	}
-	if o.gogcVariant != "" {
-		validateTargets = append(validateTargets, gogcName(o.gogcVariant))
-	}
-	validateTargets = append(validateTargets, load.NameOPA, load.NameCeiling)
+	variant := func(target string) string { return load.WithRuntime(target, o.gogcVariant) }
+	validateTargets := running(load.NameWebhook, load.NameWebhookExtra, load.NameWebhookRedis, load.NameOPA,
+		variant(load.NameWebhook), variant(load.NameWebhookRedis), variant(load.NameOPA), load.NameCeiling)
 	three := []string{load.NameWebhook, load.NameOPA, load.NameCeiling}
+	// The open loop adds the configuration the chart ships: Redis windows
+	// under the chart's runtime setting.
+	shipped := load.NameWebhookRedis
+	if o.gogcVariant != "" {
+		shipped = variant(load.NameWebhookRedis)
+	}
+	openTargets := running(load.NameWebhook, shipped, load.NameOPA, load.NameCeiling)
 	all := map[string]load.Scenario{
 		load.ScenarioClosedValidate: {
 			Name: load.ScenarioClosedValidate, Title: fmt.Sprintf("Closed loop, /validate, %d in flight", o.concurrency),
@@ -224,7 +263,7 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 		},
 		load.ScenarioOpenValidate: {
 			Name: load.ScenarioOpenValidate, Title: fmt.Sprintf("Open loop, /validate, %.0f requests per second", o.rate),
-			Load: load.Load{Concurrency: o.openInFlight, Rate: o.rate, Duration: o.slice}, Targets: three,
+			Load: load.Load{Concurrency: o.openInFlight, Rate: o.rate, Duration: o.slice}, Targets: openTargets,
 		},
 	}
 	var out []load.Scenario
@@ -302,8 +341,6 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	logf("CPU profile of qn-webhook under the closed validate loop: %s (go tool pprof -top %s)", o.cpuProfile, o.cpuProfile)
 	return nil
 }
-
-func gogcName(env string) string { return load.NameWebhook + " " + env }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "qnload: "+format+"\n", args...)
