@@ -3,11 +3,15 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -21,8 +25,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	testharness "github.com/quantumnode/qn-admission/test/harness"
+	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
 // testLabel ties a test's QuantumNodes to its own policy: policies are
@@ -433,6 +440,9 @@ func TestEnvtestTwoFailedRestartsWithinTheWindowIsolateTheNode(t *testing.T) {
 	if got := gaugeValue(t, h, "qn_controller_quantumnodes_health", map[string]string{"health": "Isolated"}); got < 1 {
 		t.Errorf("qn_controller_quantumnodes_health{health=Isolated} = %v, want at least this node", got)
 	}
+	// The chart's alert fires on it: its expression, run by a real
+	// Prometheus scraping this manager's metrics, has a sample.
+	h.alertFires(t, "QnControllerQuantumNodeIsolated", "")
 	// Nothing more happens: no third attempt, no Reschedule.
 	time.Sleep(4 * time.Second)
 	qn = h.get(t, key)
@@ -486,6 +496,7 @@ func TestEnvtestSixOfTenNodesDownWithMaxUnhealthy40PercentRemediatesNothing(t *t
 	if got := gaugeValue(t, h, "qn_controller_remediation_blocked", map[string]string{"policy": policy}); got != 1 {
 		t.Errorf("qn_controller_remediation_blocked{policy=%s} = %v, want 1", policy, got)
 	}
+	h.alertFires(t, "QnControllerRemediationBlocked", fmt.Sprintf("policy=%q", policy))
 	time.Sleep(3 * time.Second) // well past node.failedAfter: still nothing
 	for i := range 10 {
 		qn := h.get(t, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("edge-%d", i)})
@@ -780,4 +791,44 @@ func TestEnvtestAPolicyChangeAppliesWithoutARestart(t *testing.T) {
 	if c := meta.FindStatusCondition(qn.Status.Conditions, qnv1alpha1.ConditionHealthy); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("Healthy condition %+v, want False", c)
 	}
+}
+
+// alertFires runs the expression of one of the chart's alerts (as
+// test/alerts/testdata/rules.yaml renders it, the release's own job
+// selector replaced by matcher, which narrows it to the test's own series
+// when other tests share the manager) in a real Prometheus scraping the
+// shared manager's metrics, and waits until it returns a sample: the
+// alert would fire.
+func (h *harness) alertFires(t *testing.T, alert, matcher string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testharness.ModuleRoot(), "test", "alerts", "testdata", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		t.Fatalf("test/alerts/testdata/rules.yaml: %v", err)
+	}
+	var expr string
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == alert {
+				expr = r.Expr
+			}
+		}
+	}
+	const release = `namespace="qn-system",job="qn-qn-admission-controller-metrics"`
+	if !strings.Contains(expr, release) {
+		t.Fatalf("alert %s: expression %q does not select the controller's job as %s", alert, expr, release)
+	}
+	expr = strings.ReplaceAll(strings.TrimSpace(expr), release, matcher)
+	expr = strings.NewReplacer("{,", "{", ",}", "}").Replace(expr)
+	metrics := httptest.NewServer(promhttp.HandlerFor(h.metrics, promhttp.HandlerOpts{}))
+	t.Cleanup(metrics.Close)
+	prom := promtest.StartForTest(t, strings.TrimPrefix(metrics.URL, "http://"))
+	prom.WaitFor(t, "count("+expr+")", 1)
 }
