@@ -269,6 +269,38 @@ var variations = map[string]struct {
 			}
 		},
 	},
+	"policies from Git reach the background audit: qn-controller runs a git-sync sidecar of its own on the same checkout": {
+		values: "policies: {source: gitSync, gitSync: {repo: 'git@git.example.com:ops/qn-policies.git', ref: main, path: policies, auth: {type: ssh, secretName: git-creds}}}",
+		check: func(t *testing.T, rel *Release) {
+			web := &webhookDeployment(t, rel).Spec.Template.Spec
+			dep := get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller")
+			spec := &dep.Spec.Template.Spec
+			gs := container(t, spec, "git-sync")
+			for _, f := range []string{"repo", "ref", "root", "link", "ssh-key-file"} {
+				want, _ := flag(container(t, web, "git-sync").Args, f)
+				if v, _ := flag(gs.Args, f); v != want || v == "" {
+					t.Errorf("qn-controller's git-sync --%s=%q, want qn-webhook's %q", f, v, want)
+				}
+			}
+			if gs.StartupProbe == nil {
+				t.Errorf("qn-controller's git-sync has no startupProbe: the audit would start before the first sync")
+			}
+			c := container(t, spec, "qn-controller")
+			if v, _ := flag(c.Args, "audit"); v != "true" {
+				t.Errorf("--audit=%s, want true with policies from Git", v)
+			}
+			want, _ := flag(container(t, web, "qn-webhook").Args, "policy-dir")
+			if v, _ := flag(c.Args, "policy-dir"); v != want {
+				t.Errorf("qn-controller --policy-dir=%s, want qn-webhook's %s", v, want)
+			}
+			if m := mountOf(c, "git"); m == nil || !m.ReadOnly || m.MountPath != "/git" {
+				t.Errorf("qn-controller's git mount %+v", m)
+			}
+			if v := volume(t, spec, "git-secret").Secret; v == nil || v.SecretName != "git-creds" {
+				t.Errorf("git-secret volume %+v", v)
+			}
+		},
+	},
 	"git-sync over SSH: the key Secret mounted read-only where git-sync looks": {
 		values: "policies: {source: gitSync, gitSync: {repo: 'git@git.example.com:ops/qn-policies.git', auth: {type: ssh, secretName: git-creds}}}",
 		check: func(t *testing.T, rel *Release) {

@@ -27,6 +27,7 @@ type auditOptions struct {
 	clusterOptions
 	Output        string
 	SkipRegoTests bool
+	AllowEmpty    bool
 }
 
 func newAuditCommand(opts *commonOptions, s Streams) *cobra.Command {
@@ -47,7 +48,9 @@ It prints one line per non-compliant node (text), or every node's rules
 (json), and a summary on stderr.
 
 Exit codes: 0 every node complies, 1 a node does not, 2 usage error, bad
-input, an unreachable cluster or a policy directory that does not load.`,
+input, an unreachable cluster, a policy directory that does not load, or no
+QuantumNode to judge (unless --allow-empty: an audit of nothing proves
+nothing).`,
 		Example: `  # Which stored nodes break the policies I am about to roll out?
   kubectl get qn -A -o yaml > nodes.yaml
   qnctl audit nodes.yaml --policy-dir ./policies
@@ -70,6 +73,7 @@ input, an unreachable cluster or a policy directory that does not load.`,
 	f.StringVarP(&o.Namespace, "namespace", "n", o.Namespace, "Only this namespace (default: all).")
 	f.StringVarP(&o.Output, "output", "o", o.Output, "Output: text (one line per non-compliant node) or json (every node's rules).")
 	f.BoolVar(&o.SkipRegoTests, "skip-rego-tests", false, "Load the policies without running their Rego unit tests.")
+	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "Exit 0 when there is no QuantumNode to judge (an empty snapshot, namespace or cluster).")
 	_ = cmd.MarkFlagDirname("policy-dir")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion(outputText, outputJSON))
 	return cmd
@@ -128,6 +132,16 @@ func runAudit(ctx context.Context, opts *commonOptions, o *auditOptions, file st
 	bad := writeAuditSummary(s.Err, p, nodes, others)
 	if bad > 0 {
 		return failed()
+	}
+	if len(nodes) == 0 && !o.AllowEmpty {
+		where := "the cluster"
+		if file != "" {
+			where = file
+		}
+		if o.Namespace != "" {
+			where += " in namespace " + o.Namespace
+		}
+		return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was audited: %s holds no QuantumNode (%d other objects); --allow-empty accepts that", where, others)}
 	}
 	return nil
 }

@@ -48,10 +48,20 @@ func TestAudit(t *testing.T) {
 			code:   exitOK,
 			stderr: []string{"2 QuantumNodes judged", "2 compliant, 0 non-compliant"},
 		},
-		"an empty List is an empty cluster": {
+		"an audit of nothing says so and fails: an empty snapshot proves nothing": {
 			args:   []string{"audit", "testdata/audit/empty.yaml", "--policy-dir", testPolicies},
+			code:   exitBadInput,
+			stderr: []string{"0 QuantumNodes judged", "nothing was audited: testdata/audit/empty.yaml holds no QuantumNode (0 other objects); --allow-empty accepts that"},
+		},
+		"an empty snapshot with --allow-empty is an empty cluster": {
+			args:   []string{"audit", "testdata/audit/empty.yaml", "--policy-dir", testPolicies, "--allow-empty"},
 			code:   exitOK,
 			stderr: []string{"0 QuantumNodes judged"},
+		},
+		"a namespace without nodes is named": {
+			args:   []string{"audit", "testdata/audit/compliant.yaml", "--policy-dir", testPolicies, "-n", "nowhere"},
+			code:   exitBadInput,
+			stderr: []string{"nothing was audited: testdata/audit/compliant.yaml in namespace nowhere holds no QuantumNode"},
 		},
 		"the bundled policies judge when no --policy-dir is given": {
 			args: []string{"audit", "testdata/audit/snapshot.yaml"},

@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/yaml"
 
+	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -56,6 +57,7 @@ type evalOptions struct {
 	Explain       bool
 	Trace         string
 	SkipRegoTests bool
+	AllowEmpty    bool
 }
 
 func newEvalCommand(opts *commonOptions, s Streams) *cobra.Command {
@@ -80,8 +82,13 @@ judges the patched object, as the apiserver calls them (--webhook picks one).
 operation, the requester's rate window, which packages ran and which rule (file
 and line) produced each deny, warn and patch entry; --trace adds the Rego trace.
 
-Exit codes: 0 allowed, 1 denied, 2 usage error, bad input or a policy
-directory that does not load.`,
+Objects of a kind qn-webhook is not registered for (anything but a qn.dev
+QuantumNode: a Pod, a Deployment) are answered too, but the API server never
+sends them to it: they are named as not checked, and when nothing else was
+given the exit code is 2 (--allow-empty accepts that).
+
+Exit codes: 0 allowed, 1 denied, 2 usage error, bad input, a policy
+directory that does not load, or no QuantumNode among the objects.`,
 		Example: `  # A QuantumNode created by alice, judged by the bundled policies
   qnctl eval node.yaml --user alice --group edge-ops
 
@@ -126,6 +133,7 @@ directory that does not load.`,
 	f.BoolVar(&o.Explain, "explain", false, "Explain the decision: role, operation, window, packages, and the rule (file:line) behind each entry.")
 	f.StringVar(&o.Trace, "trace", "", "With the explanation, print the Rego trace: full, fails or notes (implies --explain).")
 	f.Lookup("trace").NoOptDefVal = "full"
+	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "Exit by the answers even when no object is a QuantumNode (the kinds qn-webhook is not registered for are never sent to it).")
 	f.BoolVar(&o.SkipRegoTests, "skip-rego-tests", false, "Load the policies without running their Rego unit tests (qn-webhook refuses a set whose tests fail).")
 	_ = cmd.MarkFlagFilename("old", "yaml", "yml", "json")
 	_ = cmd.MarkFlagDirname("policy-dir")
@@ -229,12 +237,16 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 	// Each object of a List or a YAML stream is judged on its own, as
 	// the server judges each object kubectl sends; any denial fails.
 	outcomes := make([]*outcome, 0, len(inputs))
+	var ungoverned []string
 	for _, input := range inputs {
 		spec := base
 		spec.Input = input
 		review, err := spec.reviewBytes()
 		if err != nil {
 			return err
+		}
+		if kind, ok := governedKind(review); !ok {
+			ungoverned = append(ungoverned, fmt.Sprintf("%s (%s)", input.Name, kind))
 		}
 		out, err := evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: o.Webhook, Now: now, WindowCount: o.WindowCount, Explain: o.Explain})
 		if err != nil {
@@ -245,6 +257,12 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 	}
 	if err := writeEvals(s.Out, p, outcomes, o); err != nil {
 		return err
+	}
+	if len(ungoverned) > 0 {
+		fmt.Fprintf(s.Err, "not checked: %s: qn-webhook is registered for qn.dev QuantumNodes; the API server never sends it these objects, whatever the answers above say\n", strings.Join(ungoverned, ", "))
+		if len(ungoverned) == len(outcomes) && !o.AllowEmpty {
+			return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was checked: no object is a QuantumNode; --allow-empty exits by the answers anyway")}
+		}
 	}
 	for _, out := range outcomes {
 		if !out.final().Decision.Allowed {
@@ -553,4 +571,21 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// governedKind says whether a review's object is one qn-webhook's policies
+// govern (a qn.dev QuantumNode), and names its kind.
+func governedKind(review []byte) (string, bool) {
+	var rev struct {
+		Request struct {
+			Kind struct{ Group, Kind string } `json:"kind"`
+		} `json:"request"`
+	}
+	_ = json.Unmarshal(review, &rev)
+	k := rev.Request.Kind
+	name := k.Kind
+	if k.Group != "" {
+		name = k.Group + "/" + k.Kind
+	}
+	return name, k.Group == qnv1alpha1.Group && k.Kind == qnv1alpha1.Kind
 }

@@ -23,8 +23,8 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 			args:     []string{"testdata/inputs/list.yaml", "--webhook", "validate"},
 			wantCode: exitFailed,
 			want: []string{
-				"== testdata/inputs/list.yaml: items[0]\nvalidating webhook: allowed (200)",
-				"== testdata/inputs/list.yaml: items[1]\nvalidating webhook: DENIED (403 Forbidden)",
+				"== testdata/inputs/list.yaml: items[0] QuantumNode demo/n1\nvalidating webhook: allowed (200)",
+				"== testdata/inputs/list.yaml: items[1] QuantumNode demo/n2\nvalidating webhook: DENIED (403 Forbidden)",
 				"spec.hardware.arch must be amd64 or arm64",
 				"2 objects: 1 admitted, 1 denied",
 			},
@@ -39,6 +39,28 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 			stdin:    `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"x","namespace":"demo"},"spec":{"hardware":{"arch":"riscv"}}}]}`,
 			wantCode: exitFailed,
 			want:     []string{"validating webhook: DENIED (403 Forbidden)"},
+		},
+		"a Pod is answered but named as not checked, and fails: the API server never sends it": {
+			args:     []string{"-", "--webhook", "validate"},
+			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,
+			wantCode: exitBadInput,
+			want: []string{"validating webhook: DENIED (403 Forbidden)",
+				"not checked: stdin (Pod): qn-webhook is registered for qn.dev QuantumNodes",
+				"nothing was checked: no object is a QuantumNode; --allow-empty"},
+		},
+		"a Pod with --allow-empty exits by its answer": {
+			args:     []string{"-", "--webhook", "validate", "--allow-empty"},
+			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,
+			wantCode: exitFailed,
+			want:     []string{"not checked: stdin (Pod)"},
+		},
+		"a List of a node and a Deployment names the Deployment as not checked and exits by the node": {
+			args:     []string{"-", "--webhook", "validate"},
+			stdin:    `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"x","namespace":"demo"},"spec":{"hardware":{"arch":"riscv"}}},{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"demo"}}]}`,
+			wantCode: exitFailed,
+			want: []string{"== stdin: items[0] QuantumNode demo/x\nvalidating webhook: DENIED", "== stdin: items[1] Deployment demo/web",
+				"not checked: stdin: items[1] Deployment demo/web (apps/Deployment)"},
+			wantNot: []string{"nothing was checked"},
 		},
 		"a valid object is admitted, patched and warned about": {
 			args:     []string{valid},
@@ -133,14 +155,15 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 			if code != tc.wantCode {
 				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, out, errOut)
 			}
+			all := out + errOut
 			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output lacks %q:\n%s", w, out)
+				if !strings.Contains(all, w) {
+					t.Errorf("output lacks %q:\n%s", w, all)
 				}
 			}
 			for _, w := range tc.wantNot {
-				if strings.Contains(out, w) {
-					t.Errorf("output has %q:\n%s", w, out)
+				if strings.Contains(all, w) {
+					t.Errorf("output has %q:\n%s", w, all)
 				}
 			}
 		})

@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spf13/cobra"
 
 	"github.com/quantumnode/qn-admission/internal/problem"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -63,6 +65,8 @@ func lintWarning(file string, line int, message, hint string) lintProblem {
 type lintOptions struct {
 	Output   string
 	Fixtures string
+	// Strict fails on warnings too.
+	Strict bool
 }
 
 func newLintCommand(opts *commonOptions, s Streams) *cobra.Command {
@@ -77,8 +81,14 @@ runs before it swaps in a reloaded directory — and reports every problem it
 can find with file, line and a hint to fix it. Fixture files (DIR/fixtures or
 --fixtures) are checked too.
 
-Exit codes: 0 no errors (warnings may be printed), 1 problems found, 2 DIR
-cannot be read.`,
+Warnings name what loads but cannot work as meant: a package with deny,
+warn or patch rules that no role lists (its rules never run), a pattern
+policy no role lists, a package a role lists that has no such rule, and a
+rule calling http.send (with --allow-network-builtins: a network round trip
+inside every admission request).
+
+Exit codes: 0 no errors (warnings may be printed; --strict fails on them
+too), 1 problems found, 2 DIR cannot be read.`,
 		Example: `  # Before you push a policy change
   qnctl lint ./policies
 
@@ -98,6 +108,7 @@ cannot be read.`,
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "Output: text or json.")
 	cmd.Flags().StringVar(&o.Fixtures, "fixtures", "", "Fixture cases to check as well (default DIR/fixtures when present).")
+	cmd.Flags().BoolVar(&o.Strict, "strict", false, "Exit 1 on warnings too (for CI).")
 	_ = cmd.MarkFlagDirname("fixtures")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion(outputText, outputJSON))
 	return cmd
@@ -163,7 +174,7 @@ func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir strin
 	} else if err := writeLintText(w, r); err != nil {
 		return err
 	}
-	if r.errors() > 0 {
+	if r.errors() > 0 || (o.Strict && len(r.Problems) > 0) {
 		return failed()
 	}
 	return nil
@@ -187,6 +198,9 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
 		return
 	}
 	lintInertPackages(r, set)
+	lintUnlistedPackages(r, set)
+	patterns, listedPatterns := lintUnlistedPatterns(r, fsys, set)
+	lintNetworkCalls(r, set)
 	results, err := set.Compiled.RunTests(ctx)
 	if err != nil {
 		r.add(lintError(&problem.Problem{File: ".", Message: err.Error(), Hint: "qn-webhook refuses a set whose Rego tests cannot run"}))
@@ -195,7 +209,105 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
 	for _, p := range policies.TestProblems(results) {
 		r.add(lintError(p))
 	}
-	r.Checked = fmt.Sprintf("%d roles, %d Rego files, %d Rego tests", len(set.Roles.Roles), len(set.Compiled.Modules()), len(results))
+	r.Checked = fmt.Sprintf("%d roles, %d Rego files, %d Rego tests, %d pattern policies (%d listed by a role)",
+		len(set.Roles.Roles), len(set.Compiled.Modules()), len(results), patterns, listedPatterns)
+}
+
+// decisionRules are the rules whose results make a decision.
+var decisionRules = map[string]bool{"deny": true, "warn": true, "patch": true}
+
+// lintUnlistedPackages warns of packages with deny, warn or patch rules
+// that no role lists: they load, their tests pass, and they never run.
+func lintUnlistedPackages(r *lintReport, set *policies.Set) {
+	listed := map[string]bool{}
+	for _, role := range set.Roles.Roles {
+		for _, pkg := range role.Packages {
+			listed[pkg] = true
+		}
+	}
+	warned := map[string]bool{}
+	for _, mod := range set.Compiled.Modules() {
+		pkg := rego.PackageName(mod)
+		if listed[pkg] || warned[pkg] {
+			continue
+		}
+		for _, rule := range mod.Rules {
+			ref := rule.Head.Ref()
+			if len(ref) == 0 || !decisionRules[ref[0].Value.String()] {
+				continue
+			}
+			warned[pkg] = true
+			loc := rule.Location
+			r.add(lintWarning(loc.File, loc.Row,
+				fmt.Sprintf("package %q has a %s rule but no role in %s lists it, so it never runs", pkg, ref[0].Value.String(), policies.RolesFile),
+				fmt.Sprintf("add %s to the packages of the roles it should judge (or packageEnforcement: {%s: warn} to try it first), or delete it", pkg, pkg)))
+			break
+		}
+	}
+}
+
+// lintUnlistedPatterns warns of pattern policies no role lists, and
+// counts them all and those listed.
+func lintUnlistedPatterns(r *lintReport, fsys fs.FS, set *policies.Set) (all, listed int) {
+	byName, err := pattern.Load(fsys)
+	if err != nil {
+		return 0, 0 // the load reported it
+	}
+	used := map[string]bool{}
+	for _, role := range set.Roles.Roles {
+		for _, name := range role.Patterns {
+			used[name] = true
+		}
+	}
+	names := make([]string, 0, len(byName))
+	for name := range byName {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if used[name] {
+			listed++
+			continue
+		}
+		r.add(lintWarning(byName[name].File, 1,
+			fmt.Sprintf("pattern policy %q is listed by no role in %s, so it never runs", name, policies.RolesFile),
+			fmt.Sprintf("add %s to the patterns of the roles it should judge, or delete the file", name)))
+	}
+	return len(byName), listed
+}
+
+// lintNetworkCalls warns of http.send in a decision rule: allowed with
+// --allow-network-builtins, it puts a network round trip (and its
+// failures) inside every admission request the rule judges.
+func lintNetworkCalls(r *lintReport, set *policies.Set) {
+	for _, mod := range set.Compiled.Modules() {
+		for _, rule := range mod.Rules {
+			ref := rule.Head.Ref()
+			if len(ref) == 0 {
+				continue
+			}
+			var loc *ast.Location
+			ast.NewGenericVisitor(func(x any) bool {
+				switch v := x.(type) {
+				case *ast.Expr:
+					if v.IsCall() && v.Operator().String() == ast.HTTPSend.Name {
+						loc = v.Location
+					}
+				case *ast.Term:
+					if call, ok := v.Value.(ast.Call); ok && len(call) > 0 && call[0].String() == ast.HTTPSend.Name {
+						loc = v.Location
+					}
+				}
+				return loc != nil
+			}).Walk(rule)
+			if loc == nil {
+				continue
+			}
+			r.add(lintWarning(loc.File, loc.Row,
+				fmt.Sprintf("rule %s of package %q calls http.send: a network round trip inside every admission request it judges, bounded only by --policy-eval-timeout, and a failure answered with the role's onError", ref[0].Value.String(), rego.PackageName(mod)),
+				"read the data from data.json (pushed with the policies) or a cache the rule does not wait on; if it must call out, set a short timeout and cache in the request (http.send's timeout and cache options)"))
+		}
+	}
 }
 
 // lintInertPackages warns of packages a role lists that have no deny, warn

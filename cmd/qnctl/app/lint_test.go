@@ -9,12 +9,45 @@ import (
 func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 	cases := map[string]struct {
 		edits    map[string]string
+		args     []string
 		wantCode int
 		want     []string
 	}{
 		"a clean directory": {
 			wantCode: exitOK,
-			want:     []string{"ok (2 roles, 4 Rego files, 2 Rego tests)"},
+			want:     []string{"ok (2 roles, 4 Rego files, 2 Rego tests, 0 pattern policies (0 listed by a role))"},
+		},
+		"a package with deny rules that no role lists is a warning at its rule": {
+			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\nimport rego.v1\n\ndeny contains \"never\" if input.request.object.spec.x\n"},
+			wantCode: exitOK,
+			want: []string{`unlisted.rego:5: warning: package "demo.unlisted" has a deny rule but no role in roles.yaml lists it, so it never runs`,
+				"hint: add demo.unlisted to the packages of the roles it should judge", "ok with 1 warnings"},
+		},
+		"--strict fails on that warning": {
+			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\ndeny contains \"never\" if input.request.object.spec.x\n"},
+			args:     []string{"--strict"},
+			wantCode: exitFailed,
+			want:     []string{`package "demo.unlisted" has a deny rule but no role`},
+		},
+		"a pattern policy no role lists is a warning, and every pattern file is counted": {
+			edits: map[string]string{
+				"tiered.pattern.yaml":   "kind: PatternPolicy\nvalidate:\n  message: nodes need a tier\n  pattern:\n    metadata:\n      labels:\n        tier: \"?*\"\n",
+				"unlisted.pattern.yaml": "kind: PatternPolicy\nvalidate:\n  message: nodes need an owner\n  pattern:\n    metadata:\n      labels:\n        owner: \"?*\"\n",
+				"roles.yaml":            "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes]\n    patterns: [tiered]\n",
+			},
+			wantCode: exitOK,
+			want: []string{`unlisted.pattern.yaml:1: warning: pattern policy "unlisted" is listed by no role in roles.yaml, so it never runs`,
+				"2 pattern policies (1 listed by a role)"},
+		},
+		"http.send in a deny rule is a performance warning under --allow-network-builtins": {
+			edits: map[string]string{
+				"net.rego":   "package demo.net\n\ndeny contains msg if {\n\tr := http.send({\"method\": \"get\", \"url\": \"http://x\"})\n\tmsg := r.body\n}\n",
+				"roles.yaml": "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes, demo.net]\n",
+			},
+			args:     []string{"--allow-network-builtins"},
+			wantCode: exitOK,
+			want: []string{`net.rego:4: warning: rule deny of package "demo.net" calls http.send: a network round trip inside every admission request it judges`,
+				"hint: read the data from data.json"},
 		},
 		"a Rego v0 rule and a syntax error in two files are both reported": {
 			edits: map[string]string{
@@ -70,7 +103,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 				"helpers.rego": "package demo.helpers\n\nok := true\n",
 			},
 			wantCode: exitOK,
-			want:     []string{`roles.yaml:5: warning: roles.standard.packages: package "demo.helpers" has no deny, warn or patch rule`, "ok with 1 warnings"},
+			want:     []string{`roles.yaml:5: warning: roles.standard.packages: package "demo.helpers" has no deny, warn or patch rule`, "ok with 3 warnings"},
 		},
 		"a missing role table": {
 			edits:    map[string]string{"roles.yaml": ""},
@@ -101,7 +134,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := copyDir(t, testPolicies, tc.edits)
-			code, out, errOut := run(t, "", "lint", dir)
+			code, out, errOut := run(t, "", append([]string{"lint", dir}, tc.args...)...)
 			if code != tc.wantCode {
 				t.Fatalf("exit code %d, want %d\n%s%s", code, tc.wantCode, out, errOut)
 			}

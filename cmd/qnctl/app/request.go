@@ -18,6 +18,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/webhook"
 )
@@ -104,6 +105,9 @@ func readDocuments(name string, stdin io.Reader) ([]document, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(parts) > 1 {
+			doc.Name += objectLabel(doc.JSON)
+		}
 		items, err := listItems(doc)
 		if err != nil {
 			return nil, err
@@ -131,9 +135,43 @@ func listItems(doc document) ([]document, error) {
 		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 			return nil, fmt.Errorf("%s: items[%d] is not an object", doc.Name, i)
 		}
-		items = append(items, document{Name: fmt.Sprintf("%s: items[%d]", doc.Name, i), JSON: raw})
+		items = append(items, document{Name: fmt.Sprintf("%s: items[%d]%s", doc.Name, i, objectLabel(raw)), JSON: raw})
 	}
 	return items, nil
+}
+
+// objectLabel names the object of one document of several, as a person
+// finds it in a cluster: " Kind namespace/name" (" Kind name" when it has
+// no namespace); for an AdmissionReview, the object its request names.
+// Empty when the document is no object (no apiVersion or kind).
+func objectLabel(raw []byte) string {
+	var obj struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
+		} `json:"metadata"`
+		Request *struct {
+			Kind      struct{ Kind string } `json:"kind"`
+			Namespace string                `json:"namespace"`
+			Name      string                `json:"name"`
+		} `json:"request"`
+	}
+	if json.Unmarshal(raw, &obj) != nil {
+		return ""
+	}
+	kind, ns, name := obj.Kind, obj.Metadata.Namespace, obj.Metadata.Name
+	if obj.Kind == "AdmissionReview" && obj.Request != nil {
+		kind, ns, name = obj.Request.Kind.Kind, obj.Request.Namespace, obj.Request.Name
+	}
+	if obj.APIVersion == "" || kind == "" {
+		return ""
+	}
+	if ns != "" {
+		name = ns + "/" + name
+	}
+	return " " + clip.String(strings.TrimSpace(kind+" "+name), clip.FieldBytes)
 }
 
 // readSource reads a file, or stdin for "-".

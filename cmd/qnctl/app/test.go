@@ -24,6 +24,8 @@ type testOptions struct {
 	Output   string
 	Run      string
 	Verbose  bool
+	// AllowEmpty exits 0 when no Rego test and no fixture case ran.
+	AllowEmpty bool
 }
 
 func newTestCommand(opts *commonOptions, s Streams) *cobra.Command {
@@ -43,7 +45,9 @@ webhook's own answer path, as qnctl eval does. Fixture files are the *.yaml
 files under DIR/fixtures, or --fixtures (a directory or a file).
 
 Exit codes: 0 every test and case passed, 1 one failed, 2 the policy directory
-or a fixture file does not load.`,
+or a fixture file does not load, or nothing ran: no Rego test and no fixture
+case, or --run matched none (unless --allow-empty: a green run of nothing
+proves nothing).`,
 		Example: `  # The bundled policies and their fixture cases
   qnctl test rego/bundle --fixtures test/fixtures/bundled
 
@@ -69,6 +73,7 @@ or a fixture file does not load.`,
 	f.StringVarP(&o.Output, "output", "o", o.Output, "Output: text, json or junit.")
 	f.StringVar(&o.Run, "run", "", "Run only the Rego tests and cases whose name matches this regular expression.")
 	f.BoolVarP(&o.Verbose, "verbose", "v", false, "Also print the answer of every fixture case.")
+	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "Exit 0 when no Rego test and no fixture case ran (none exist, or --run matched none).")
 	_ = cmd.MarkFlagDirname("fixtures")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion(outputText, outputJSON, outputJUnit))
 	return cmd
@@ -146,6 +151,9 @@ func runTest(ctx context.Context, opts *commonOptions, o *testOptions, dir strin
 	}
 	p, err := loadPolicies(ctx, dir, opts, true)
 	if err != nil {
+		if hint := fixturesFolderHint(dir); hint != "" {
+			return fmt.Errorf("%w\n%s", err, hint)
+		}
 		return err
 	}
 	var bad []string
@@ -220,7 +228,39 @@ func runTest(ctx context.Context, opts *commonOptions, o *testOptions, dir strin
 	if report.Summary.Failed > 0 {
 		return failed()
 	}
+	if len(report.Results) == 0 && !o.AllowEmpty {
+		return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was tested: %s; --allow-empty accepts that", nothingTested(p, fixtures, o.Run, len(regoResults), len(cases)))}
+	}
 	return nil
+}
+
+// nothingTested says why a run ran no test and no case.
+func nothingTested(p *policySet, fixtures, run string, regoTests, cases int) string {
+	if run != "" && regoTests+cases > 0 {
+		return fmt.Sprintf("--run %q matched none of %d Rego tests and %d fixture cases", run, regoTests, cases)
+	}
+	where := "no fixture cases (no " + fixturesDir + " folder in the policy directory, and no --fixtures)"
+	if fixtures != "" {
+		where = "no fixture cases in " + fixtures
+	}
+	return fmt.Sprintf("policies %s hold no Rego test (a test_* rule) and there are %s", p.Source, where)
+}
+
+// fixturesFolderHint says so when dir, which failed to load as a policy
+// directory, is a folder of fixture cases: a common slip for
+// "qnctl test DIR --fixtures FOLDER".
+func fixturesFolderHint(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	files, err := fixtureFiles(dir)
+	if err != nil || len(files) == 0 {
+		return ""
+	}
+	if _, err := loadFixtures(files, time.Now().UTC()); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s holds fixture cases (%d YAML files): it is a fixtures folder, not a policy directory; run qnctl test POLICY-DIR --fixtures %s", dir, len(files), dir)
 }
 
 // runCase judges one fixture case as qnctl eval would and compares.
@@ -397,8 +437,11 @@ func writeTestText(w io.Writer, r *testReport, verbose bool) error {
 	}
 	s := r.Summary
 	verdict := "PASS"
-	if s.Failed > 0 {
+	switch {
+	case s.Failed > 0:
 		verdict = "FAIL"
+	case len(r.Results) == 0:
+		verdict = "NOTHING RAN"
 	}
 	line := fmt.Sprintf("%s: %d Rego tests, %d fixture cases: %d passed, %d failed", verdict, s.RegoTests, s.FixtureCases, s.Passed, s.Failed)
 	if s.Skipped > 0 {

@@ -3,6 +3,8 @@ package app
 import (
 	"encoding/json"
 	"encoding/xml"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -56,6 +58,12 @@ func TestTestRunsRegoTestsAndFixtureCases(t *testing.T) {
 			args:     []string{"--run", "strict"},
 			wantCode: exitOK,
 			want:     []string{"PASS: 0 Rego tests, 2 fixture cases: 2 passed, 0 failed"},
+		},
+		"--run that matches nothing, with --allow-empty": {
+			dir:      testPolicies,
+			args:     []string{"--run", "no-such-test", "--allow-empty"},
+			wantCode: exitOK,
+			want:     []string{"NOTHING RAN: 0 Rego tests, 0 fixture cases"},
 		},
 		"--fixtures points at other cases": {
 			dir:      testPolicies,
@@ -134,6 +142,19 @@ func TestTestLoadErrorsExitWith2AndSayWhere(t *testing.T) {
 			args: []string{"-o", "tap"},
 			want: []string{`--output "tap" is not one of text, json, junit`},
 		},
+		"--run that matches nothing: a green run of nothing proves nothing": {
+			dir:  testPolicies,
+			args: []string{"--run", "no-such-test"},
+			want: []string{`nothing was tested: --run "no-such-test" matched none of 2 Rego tests and 3 fixture cases; --allow-empty accepts that`},
+		},
+		"a policy directory without Rego tests or fixture cases": {
+			dir:  rmFiles(t, copyDir(t, testPolicies, nil), "fixtures", "nodes_test.rego"),
+			want: []string{"nothing was tested: policies", "hold no Rego test (a test_* rule) and there are no fixture cases (no fixtures folder in the policy directory, and no --fixtures)"},
+		},
+		"a fixtures folder given as the policy directory": {
+			dir:  "testdata/policies/fixtures",
+			want: []string{"testdata/policies/fixtures holds fixture cases (1 YAML files): it is a fixtures folder, not a policy directory; run qnctl test POLICY-DIR --fixtures testdata/policies/fixtures"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -190,4 +211,15 @@ func TestTestOnTheBundledPoliciesPasses(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "policies bundled") || !strings.Contains(out, " 0 fixture cases") {
 		t.Fatalf("qnctl test without a directory runs the bundled Rego tests: exit %d\n%s%s", code, out, errOut)
 	}
+}
+
+// rmFiles removes names (files or folders) from dir and returns dir.
+func rmFiles(t *testing.T, dir string, names ...string) string {
+	t.Helper()
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
