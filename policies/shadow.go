@@ -317,19 +317,26 @@ type ShadowAnswer struct {
 	Warnings []string  `json:"warnings,omitempty"`
 	Patch    string    `json:"patch,omitempty"`
 	Denials  []Finding `json:"denials,omitempty"`
+	// Warned are the warn rules' entries, with their sources.
+	Warned []Finding `json:"warned,omitempty"`
 }
 
 func shadowSide(name string, d Decision) slog.Attr {
 	m := func(v string) string { return clip.String(v, clip.MessageBytes) }
 	a := ShadowAnswer{Allowed: d.Allowed, Code: d.Code, Role: clip.String(d.Role, clip.FieldBytes), Revision: d.Revision,
 		Message: m(d.Message), Warnings: clip.Strings(d.Warnings, clip.ListItems, clip.MessageBytes), Patch: m(string(d.Patch))}
-	for i, f := range d.Denials {
-		if i == clip.ListItems {
-			break
+	clipped := func(list []Finding) []Finding {
+		var out []Finding
+		for i, f := range list {
+			if i == clip.ListItems {
+				break
+			}
+			f.Message = m(f.Message)
+			out = append(out, f)
 		}
-		f.Message = m(f.Message)
-		a.Denials = append(a.Denials, f)
+		return out
 	}
+	a.Denials, a.Warned = clipped(d.Denials), clipped(d.Findings)
 	return slog.Any(name, a)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -157,6 +159,22 @@ func TestShadowPolicySetJudgesLiveTrafficWithoutChangingAnswers(t *testing.T) {
 	slices.Sort(names)
 	if want := []string{"rt-80 denied->allowed", "ssh-1 warned->denied", "ssh-2 warned->denied"}; !slices.Equal(names, want) {
 		t.Errorf("shadow decision lines: got %v, want %v", names, want)
+	}
+	// qnctl impact reads the same lines back as a report of flips.
+	logFile := filepath.Join(t.TempDir(), "decisions.jsonl")
+	if err := os.WriteFile(logFile, []byte(w.Logs()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(qnctl(t), "impact", "--decision-log", logFile, "-o", "json")
+	out, err := cmd.Output()
+	var report struct {
+		Totals map[string]int `json:"totals"`
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 || json.Unmarshal(out, &report) != nil {
+		t.Fatalf("qnctl impact --decision-log: exit %d (want 1: new denials), %v\n%s", code, err, out)
+	}
+	if report.Totals["newly denied"] != 2 || report.Totals["newly allowed"] != 1 {
+		t.Errorf("qnctl impact --decision-log totals %v, want 2 newly denied and 1 newly allowed", report.Totals)
 	}
 	ready, err := w.Readiness()
 	if err != nil || !strings.Contains(ready, "[+]shadow ok") || !strings.Contains(ready, "3 disagreements, 0 dropped") {

@@ -27,6 +27,9 @@ type impactOptions struct {
 	AuditLogs []string
 	// Reviews are directories of recorded AdmissionReviews.
 	Reviews []string
+	// DecisionLogs are qn-webhook decision logs whose shadow
+	// disagreements are reported (instead of judging with two sets).
+	DecisionLogs []string
 	// Cluster reads the stored QuantumNodes of the kubeconfig's cluster.
 	Cluster bool
 	clusterOptions
@@ -104,6 +107,7 @@ nothing to judge (unless --allow-empty), or a policy set that does not load.`,
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig of the cluster (implies --cluster); default $KUBECONFIG, ~/.kube/config.")
 	f.StringVar(&o.Context, "context", "", "Kubeconfig context (implies --cluster).")
 	f.StringVarP(&o.Namespace, "namespace", "n", "", "Only QuantumNodes of this namespace, stored and in audit logs (default: all).")
+	f.StringArrayVar(&o.DecisionLogs, "decision-log", nil, "qn-webhook decision log(s) (- for stdin): report the disagreements its shadow set (--shadow-policy-dir) found on live traffic, served set as base, shadow as proposal; no --base or --proposed then.")
 	f.StringVar(&o.Time, "time", "", "Time of the requests in --reviews, RFC 3339 (default now).")
 	f.StringVarP(&o.Output, "output", "o", o.Output, "Output: text, json, or markdown (for a pull-request comment).")
 	f.BoolVar(&o.AllowNewDenials, "allow-new-denials", false, "Exit 0 even when the proposed set would deny what the base set admits.")
@@ -139,6 +143,9 @@ func runImpact(ctx context.Context, opts *commonOptions, o *impactOptions, snaps
 	case outputText, outputJSON, outputMarkdown:
 	default:
 		return usagef("--output %q is not one of text, json, markdown", o.Output)
+	}
+	if len(o.DecisionLogs) > 0 {
+		return runImpactOfShadow(ctx, o, snapshots, s)
 	}
 	if o.Base == "" || o.Proposed == "" {
 		return usagef("give both --base (the policies in force) and --proposed (the change)")
@@ -186,7 +193,29 @@ func runImpact(ctx context.Context, opts *commonOptions, o *impactOptions, snaps
 			return &exitError{code: exitBadInput, err: err}
 		}
 	}
-	report := c.report(base, proposed)
+	return finishImpact(c.report(base, proposed), o, o.Proposed, s)
+}
+
+// runImpactOfShadow reports the disagreements qn-webhook's shadow set
+// (--shadow-policy-dir) found on live traffic, from its decision logs:
+// the served set is the base, the shadow set the proposal.
+func runImpactOfShadow(ctx context.Context, o *impactOptions, snapshots []string, s Streams) error {
+	if o.Base != "" || o.Proposed != "" || len(snapshots)+len(o.AuditLogs)+len(o.Reviews) > 0 || o.Cluster {
+		return usagef("--decision-log reports what qn-webhook's shadow set found, with both answers from the log: give it without --base, --proposed or other inputs")
+	}
+	c := &comparison{}
+	served, shadow, err := c.readDecisionLogs(ctx, o.DecisionLogs, o.Namespace, s)
+	if err != nil {
+		return &exitError{code: exitBadInput, err: err}
+	}
+	report := c.report(&policySet{Source: "served", Set: &policies.Set{Revision: revisionsOf(served)}},
+		&policySet{Source: "shadow (--shadow-policy-dir)", Set: &policies.Set{Revision: revisionsOf(shadow)}})
+	return finishImpact(report, o, "the shadow set", s)
+}
+
+// finishImpact writes the report and says how it ends: 2 when nothing was
+// judged, 1 when something would newly be denied (each unless allowed).
+func finishImpact(report *impactReport, o *impactOptions, proposed string, s Streams) error {
 	if err := writeImpact(s.Out, report, o.Output); err != nil {
 		return err
 	}
@@ -198,7 +227,7 @@ func runImpact(ctx context.Context, opts *commonOptions, o *impactOptions, snaps
 		return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was judged: the inputs hold no QuantumNode write and no stored QuantumNode (%s); --allow-empty accepts that", describeInputs(report.Inputs))}
 	}
 	if report.Totals[changeNewlyDenied] > 0 && !o.AllowNewDenials {
-		return &exitError{code: exitFailed, err: fmt.Errorf("%d would newly be denied by %s; --allow-new-denials accepts that", report.Totals[changeNewlyDenied], o.Proposed)}
+		return &exitError{code: exitFailed, err: fmt.Errorf("%d would newly be denied by %s; --allow-new-denials accepts that", report.Totals[changeNewlyDenied], proposed)}
 	}
 	return nil
 }
