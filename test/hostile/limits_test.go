@@ -12,7 +12,7 @@ import (
 // 63-character names, 250 KiB of annotations (the API server allows 256 KiB)
 // and 4,000 labels, as object and oldObject. Memory stays under 128 MiB.
 func TestEightLargestValidUpdatesAtOnce(t *testing.T) {
-	eightAtOnce(t, "/validate", rssLimit, 1, 250<<10, 4000)
+	manyAtOnce(t, "/validate", 8, rssLimit, 1, 250<<10, 4000)
 }
 
 // TestEightCraftedReviewsAtEveryLimitAtOnce: eight reviews at once that
@@ -23,22 +23,24 @@ func TestEightLargestValidUpdatesAtOnce(t *testing.T) {
 // Measured: about 130 MiB with a 96 MiB soft limit, 218 MiB without one.
 func TestEightCraftedReviewsAtEveryLimitAtOnce(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "96MiB")
-	eightAtOnce(t, "/validate", 192<<20, 12, 256<<10, 8000)
+	manyAtOnce(t, "/validate", 8, 192<<20, 12, 256<<10, 8000)
 }
 
-// TestEightCraftedMutationsAtOnceStayInsideTheChartsLimit: the same eight
-// crafted reviews on /mutate, whose decoded copies cost more, with the
+// TestEightCraftedMutationsAtOnceStayInsideTheChartsLimit: crafted reviews
+// on /mutate, whose decoded copies cost more, sixteen at once, with the
 // memory settings the chart gives (a 256 MiB container: GOMEMLIMIT=192MiB).
-// A count of concurrent reviews did not bound their bytes (216-298 MiB);
-// the request bytes in flight do: the process stays under its soft limit,
-// three quarters of the container's (measured: 136 MiB), and reviews
-// beyond the byte budget wait or get a clear 429.
+// A count of concurrent reviews did not bound their bytes (eight took
+// 216-298 MiB); the request bytes in flight do, so sixteen cost what eight
+// do and reviews beyond the byte budget wait or get a clear 429. The bound
+// is the container's limit less 24 MiB for what is not Go's heap: the soft
+// limit is where the collector aims, and with GOGC=400 the heap reaches it
+// by design (121-185 MiB measured, the top on a machine at load 20).
 func TestEightCraftedMutationsAtOnceStayInsideTheChartsLimit(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "192MiB")
-	eightAtOnce(t, "/mutate", 192<<20, 12, 256<<10, 8000)
+	manyAtOnce(t, "/mutate", 16, 232<<20, 12, 256<<10, 8000)
 }
 
-func eightAtOnce(t *testing.T, path string, bound uint64, annotationCount, annotationBytes, labelCount int) {
+func manyAtOnce(t *testing.T, path string, concurrent int, bound uint64, annotationCount, annotationBytes, labelCount int) {
 	s := start(t)
 	// Annotations make up the bytes (the API server allows 256 KiB of them
 	// per object; a schema-less review can carry more), labels the elements.
@@ -64,7 +66,7 @@ func eightAtOnce(t *testing.T, path string, bound uint64, annotationCount, annot
 		t.Fatalf("the review is %d bytes, over the 7 MiB limit; shrink the padding", len(body))
 	}
 	codes := map[int32]int{}
-	for _, r := range s.postConcurrently(8, func(int) string { return path }, body) {
+	for _, r := range s.postConcurrently(concurrent, func(int) string { return path }, body) {
 		codes[r.code()]++
 		overloaded := r.status == 429 && strings.Contains(r.message(), "overloaded")
 		if (r.status != 200 || r.code() == 0) && !overloaded {
@@ -73,7 +75,7 @@ func eightAtOnce(t *testing.T, path string, bound uint64, annotationCount, annot
 	}
 	s.normalStillWorks()
 	st := s.memoryUnder(bound)
-	t.Logf("8 concurrent %.1f MiB reviews on %s of 2×(256 services, %d labels, %d KiB of annotations): answers by code %v; RSS %.1f MiB, peak %.1f MiB", float64(len(body))/(1<<20), path, len(labels), annotationCount*annotationBytes>>10, codes, mib(st.RSS), mib(st.HWM))
+	t.Logf("%d concurrent %.1f MiB reviews on %s of 2×(256 services, %d labels, %d KiB of annotations): answers by code %v; RSS %.1f MiB, peak %.1f MiB", concurrent, float64(len(body))/(1<<20), path, len(labels), annotationCount*annotationBytes>>10, codes, mib(st.RSS), mib(st.HWM))
 }
 
 // TestRepeatedServiceValuesAreJudgedWithinTheDeadline: only a direct caller
