@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quantumnode/qn-admission/test/harness"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -282,7 +283,10 @@ func TestTheAuditLogRecordsTheDecision(t *testing.T) {
 	}
 }
 
-var rbacOnce sync.Once
+var (
+	rbacOnce sync.Once
+	rbacErr  error // the binding never reached the authorizer
+)
 
 // impersonatingConfig is the admin's config acting as user in groups; the
 // apiserver adds system:authenticated.
@@ -308,7 +312,29 @@ func impersonating(t *testing.T, user string, groups ...string) dynamic.Interfac
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "qn-e2e-editor"},
 			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:authenticated"}},
 		}, metav1.CreateOptions{})
+		// The API server's RBAC authorizer reads bindings from its own
+		// cache: until the binding reaches it, the first request gets
+		// RBAC's 403 instead of the webhook's.
+		rbacErr = harness.Eventually(ctx, 30*time.Second, func() error {
+			review, err := cluster.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{
+					User:               "rbac-probe",
+					Groups:             []string{"system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "qn.dev", Resource: "quantumnodes", Verb: "delete", Namespace: "default"},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if !review.Status.Allowed {
+				return fmt.Errorf("the API server's authorizer does not yet allow writing QuantumNodes: %s", review.Status.Reason)
+			}
+			return nil
+		})
 	})
+	if rbacErr != nil {
+		t.Fatal(rbacErr)
+	}
 	dyn, err := dynamic.NewForConfig(impersonatingConfig(user, groups...))
 	if err != nil {
 		t.Fatal(err)
