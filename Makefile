@@ -64,6 +64,11 @@ release-tool-test:
 policy-test:
 	$(GO) run ./cmd/qnctl test rego/bundle --fixtures test/fixtures/bundled
 
+## docs-samples: rewrite the qnctl samples of README.md and docs/*.md (and docs/examples/my-policies) from the real qnctl; make test fails when they differ
+.PHONY: docs-samples
+docs-samples:
+	$(GO) test -count=1 ./cmd/qnctl/app -run TestReadmeSamples -update
+
 ## bench: in-process benchmarks, then qn-webhook vs OPA vs a bare-TLS ceiling over HTTPS; rewrites the load section of docs/benchmarks.md
 .PHONY: bench
 bench:
