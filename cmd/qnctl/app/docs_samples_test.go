@@ -20,7 +20,8 @@ package app
 // commands' flags (--time, --now) and from files of the repository. A line
 // "..." in a sample stands for lines the sample leaves out; regenerating
 // keeps as many lines before and after it. A sample that exits 2 (bad
-// usage or input) is an error: it would document a mistake.
+// usage or input) is an error, as it would document a mistake, unless its
+// marker says "each exits 2": then each of its commands must.
 //
 // `go test ./cmd/qnctl/app -run TestReadmeSamples -update` (make
 // docs-samples) rewrites the samples, the example directory and the file
@@ -48,7 +49,9 @@ import (
 const (
 	sampleOutputMarker = "<!-- sample: qnctl output"
 	sampleFileMarker   = "<!-- sample: file "
-	regenerateSamples  = "go test ./cmd/qnctl/app -run TestReadmeSamples -update (or make docs-samples) rewrites it"
+	// sampleExits2 in an output marker: every command of the block exits 2.
+	sampleExits2      = "each exits 2"
+	regenerateSamples = "go test ./cmd/qnctl/app -run TestReadmeSamples -update (or make docs-samples) rewrites it"
 
 	// The walkthrough of README.md ("A new rule, step by step").
 	bundleDir          = "rego/bundle"
@@ -79,6 +82,9 @@ type docBlock struct {
 	doc        string // markdown path from the repository root
 	open, shut int    // 0-based line indices of the opening and closing fence
 	file       string // a file sample: the file it shows; "" for qnctl output
+	// badInput: the marker says its commands exit 2 (the sample shows
+	// qnctl refusing an input); otherwise none may.
+	badInput bool
 }
 
 func (b docBlock) where() string { return fmt.Sprintf("%s:%d", b.doc, b.open+1) }
@@ -115,6 +121,7 @@ func markedBlocks(doc string, lines []string) ([]docBlock, []error) {
 			b.file = strings.Fields(strings.TrimPrefix(lines[marker], sampleFileMarker))[0]
 			blocks = append(blocks, b)
 		case marker == i-1:
+			b.badInput = strings.Contains(lines[marker], sampleExits2)
 			blocks = append(blocks, b)
 		default:
 			for _, l := range lines[i+1 : shut] {
@@ -361,8 +368,11 @@ func checkOutputBlock(t *testing.T, b docBlock, lines []string) []string {
 	differs := false
 	for _, c := range cmds {
 		code, got := runSample(c.args)
-		if code == exitBadInput {
-			t.Errorf("%s: `%s` exits 2 (bad usage or input), a sample documents a command that works:\n%s", b.where(), c.line, strings.Join(got, "\n"))
+		switch {
+		case b.badInput && code != exitBadInput:
+			t.Errorf("%s: `%s` exits %d; the sample's marker says %q", b.where(), c.line, code, sampleExits2)
+		case !b.badInput && code == exitBadInput:
+			t.Errorf("%s: `%s` exits 2 (bad usage or input), but the sample's marker does not say %q:\n%s", b.where(), c.line, sampleExits2, strings.Join(got, "\n"))
 		}
 		body = append(body, "$ "+c.line)
 		if sampleMatches(c.want, got) {
