@@ -75,20 +75,7 @@ func Capabilities(opts CompileOptions) *ast.Capabilities {
 // file, line and column: every module's parse errors, or else the
 // compiler's errors.
 func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compiled, error) {
-	parsed := make(map[string]*ast.Module, len(modules))
-	var errs ast.Errors
-	for _, m := range modules {
-		mod, err := ast.ParseModuleWithOpts(m.Path, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
-		if err != nil {
-			var parseErrs ast.Errors
-			if !errors.As(err, &parseErrs) {
-				parseErrs = ast.Errors{ast.NewError(ast.ParseErr, &ast.Location{File: m.Path}, "%v", err)}
-			}
-			errs = append(errs, parseErrs...)
-			continue
-		}
-		parsed[m.Path] = mod
-	}
+	parsed, errs := parseModules(modules, ast.ParserOptions{RegoVersion: ast.RegoV1})
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("parse policies: %w", errs)
 	}
@@ -118,6 +105,25 @@ func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compi
 		reads:    analyseInputReads(compiler.Modules),
 		data:     dataValue,
 	}, nil
+}
+
+// parseModules parses every module, and reports every module's errors.
+func parseModules(modules []Module, opts ast.ParserOptions) (map[string]*ast.Module, ast.Errors) {
+	parsed := make(map[string]*ast.Module, len(modules))
+	var errs ast.Errors
+	for _, m := range modules {
+		mod, err := ast.ParseModuleWithOpts(m.Path, m.Source, opts)
+		if err != nil {
+			var parseErrs ast.Errors
+			if !errors.As(err, &parseErrs) {
+				parseErrs = ast.Errors{ast.NewError(ast.ParseErr, &ast.Location{File: m.Path}, "%v", err)}
+			}
+			errs = append(errs, parseErrs...)
+			continue
+		}
+		parsed[m.Path] = mod
+	}
+	return parsed, errs
 }
 
 // PackageName is a module's package as users write it in roles.yaml

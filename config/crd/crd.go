@@ -6,6 +6,7 @@ package crd
 
 import (
 	_ "embed"
+	"encoding/json"
 	"fmt"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -91,4 +92,24 @@ func Decode(manifest []byte) (*apiextensionsv1.CustomResourceDefinition, error) 
 		return nil, fmt.Errorf("decode CustomResourceDefinition: the manifest is apiVersion %q kind %q", crd.APIVersion, crd.Kind)
 	}
 	return crd, nil
+}
+
+// OpenAPIV3Schema is the openAPIV3Schema of the CRD's version in its JSON
+// form, for tools that read JSON schemas (qnctl lint's type check).
+func OpenAPIV3Schema(def *apiextensionsv1.CustomResourceDefinition, version string) (map[string]any, error) {
+	for _, v := range def.Spec.Versions {
+		if v.Name != version || v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			continue
+		}
+		js, err := json.Marshal(v.Schema.OpenAPIV3Schema)
+		if err != nil {
+			return nil, fmt.Errorf("%s version %s: %w", def.Name, version, err)
+		}
+		var schema map[string]any
+		if err := json.Unmarshal(js, &schema); err != nil {
+			return nil, fmt.Errorf("%s version %s: %w", def.Name, version, err)
+		}
+		return schema, nil
+	}
+	return nil, fmt.Errorf("%s has no version %s with an OpenAPI v3 schema", def.Name, version)
 }

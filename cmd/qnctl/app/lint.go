@@ -67,10 +67,16 @@ type lintOptions struct {
 	Fixtures string
 	// Strict fails on warnings too.
 	Strict bool
+	// Schema replaces or adds to the input schema policies are
+	// type-checked against; SchemaCheck false skips the check.
+	Schema      string
+	SchemaCheck bool
+	// PrintSchema prints the input schema instead of linting.
+	PrintSchema bool
 }
 
 func newLintCommand(opts *commonOptions, s Streams) *cobra.Command {
-	o := &lintOptions{Output: outputText}
+	o := &lintOptions{Output: outputText, SchemaCheck: true}
 	cmd := &cobra.Command{
 		Use:   "lint [DIR]",
 		Short: "Check a policy directory the way qn-webhook does before a hot reload",
@@ -85,7 +91,14 @@ Warnings name what loads but cannot work as meant: a package with deny,
 warn or patch rules that no role lists (its rules never run), a pattern
 policy no role lists, a package a role lists that has no such rule, and a
 rule calling http.send (with --allow-network-builtins: a network round trip
-inside every admission request).
+inside every admission request), and a ref the input cannot have: every
+policy is type-checked, as opa check --schema does, against the schema of
+its input (the AdmissionReview request, with request.object and oldObject
+the QuantumNode of the CRD, and input.context), so a misspelt path such as
+input.request.object.spec.servcies is reported at its file and line with
+what the schema has there. --schema FILE replaces that schema; --schema DIR
+adds the schemas a rule's METADATA annotation may name (schema.<file>),
+its input.json replacing the input's. --print-schema shows it.
 
 Exit codes: 0 no errors (warnings may be printed; --strict fails on them
 too), 1 problems found, 2 DIR cannot be read.`,
@@ -93,7 +106,10 @@ too), 1 problems found, 2 DIR cannot be read.`,
   qnctl lint ./policies
 
   # Machine-readable problems for an editor or CI annotation
-  qnctl lint ./policies -o json`,
+  qnctl lint ./policies -o json
+
+  # The input schema, for opa check --schema or an editor
+  qnctl lint --print-schema > input.json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := ""
@@ -109,6 +125,9 @@ too), 1 problems found, 2 DIR cannot be read.`,
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "Output: text or json.")
 	cmd.Flags().StringVar(&o.Fixtures, "fixtures", "", "Fixture cases to check as well (default DIR/fixtures when present).")
 	cmd.Flags().BoolVar(&o.Strict, "strict", false, "Exit 1 on warnings too (for CI).")
+	cmd.Flags().StringVar(&o.Schema, "schema", "", "JSON schema of the input to type-check policies against (a file), or a directory of schemas METADATA annotations name whose input.json, if any, is the input's (default: generated from the QuantumNode CRD and the AdmissionReview).")
+	cmd.Flags().BoolVar(&o.SchemaCheck, "schema-check", o.SchemaCheck, "Type-check policies against the input schema (--schema-check=false skips it).")
+	cmd.Flags().BoolVar(&o.PrintSchema, "print-schema", false, "Print the input schema as JSON and exit.")
 	_ = cmd.MarkFlagDirname("fixtures")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion(outputText, outputJSON))
 	return cmd
@@ -138,13 +157,28 @@ func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir strin
 	if o.Output != outputText && o.Output != outputJSON {
 		return usagef("--output %q is not one of text, json", o.Output)
 	}
+	var schema *inputSchema
+	if o.SchemaCheck || o.PrintSchema {
+		var err error
+		if schema, err = loadInputSchema(o.Schema); err != nil {
+			return err
+		}
+	}
+	if o.PrintSchema {
+		js, err := json.MarshalIndent(schema.set.Get(ast.SchemaRootRef), "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", js)
+		return err
+	}
 	// The Rego tests run apart so that lint can count them.
 	source, err := openPolicies(dir, opts, true)
 	if err != nil {
 		return err
 	}
 	r := &lintReport{Policies: source.Name(), Problems: []lintProblem{}}
-	lintDirectory(ctx, r, source)
+	lintDirectory(ctx, r, source, schema, opts)
 	fixtures := o.Fixtures
 	if fixtures == "" && dir != "" {
 		if files, err := fixtureFiles(filepath.Join(dir, fixturesDir)); err == nil {
@@ -182,8 +216,9 @@ func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir strin
 
 // lintDirectory loads the directory as qn-webhook does and reports every
 // problem the load found, then what lint adds: warnings the server does not
-// refuse a set for, and each failing Rego test.
-func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
+// refuse a set for (those of the type check against schema too, unless it
+// is nil), and each failing Rego test.
+func lintDirectory(ctx context.Context, r *lintReport, source policies.Source, schema *inputSchema, opts *commonOptions) {
 	fsys := source.FS()
 	for _, misnamed := range [][2]string{{"roles.yml", policies.RolesFile}, {"data.yml", "data.yaml"}} {
 		if _, err := fs.Stat(fsys, misnamed[0]); err == nil {
@@ -201,6 +236,16 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
 	lintUnlistedPackages(r, set)
 	patterns, listedPatterns := lintUnlistedPatterns(r, fsys, set)
 	lintNetworkCalls(r, set)
+	typeChecked := ""
+	if schema != nil {
+		modules, err := rego.ReadModules(fsys)
+		if err != nil {
+			r.add(lintError(&problem.Problem{File: ".", Message: err.Error()}))
+			return
+		}
+		lintInputSchema(r, modules, schema, opts)
+		typeChecked = "; input type-checked against " + schema.name
+	}
 	results, err := set.Compiled.RunTests(ctx)
 	if err != nil {
 		r.add(lintError(&problem.Problem{File: ".", Message: err.Error(), Hint: "qn-webhook refuses a set whose Rego tests cannot run"}))
@@ -209,8 +254,8 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source) {
 	for _, p := range policies.TestProblems(results) {
 		r.add(lintError(p))
 	}
-	r.Checked = fmt.Sprintf("%d roles, %d Rego files, %d Rego tests, %d pattern policies (%d listed by a role)",
-		len(set.Roles.Roles), len(set.Compiled.Modules()), len(results), patterns, listedPatterns)
+	r.Checked = fmt.Sprintf("%d roles, %d Rego files, %d Rego tests, %d pattern policies (%d listed by a role)%s",
+		len(set.Roles.Roles), len(set.Compiled.Modules()), len(results), patterns, listedPatterns, typeChecked)
 }
 
 // decisionRules are the rules whose results make a decision.

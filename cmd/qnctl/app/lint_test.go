@@ -7,24 +7,19 @@ import (
 )
 
 func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
-	cases := map[string]struct {
-		edits    map[string]string
-		args     []string
-		wantCode int
-		want     []string
-	}{
+	runLintCases(t, map[string]lintCase{
 		"a clean directory": {
 			wantCode: exitOK,
-			want:     []string{"ok (2 roles, 4 Rego files, 2 Rego tests, 0 pattern policies (0 listed by a role))"},
+			want:     []string{"ok (2 roles, 4 Rego files, 2 Rego tests, 0 pattern policies (0 listed by a role); input type-checked against QuantumNode qn.dev/v1alpha1)"},
 		},
 		"a package with deny rules that no role lists is a warning at its rule": {
-			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\nimport rego.v1\n\ndeny contains \"never\" if input.request.object.spec.x\n"},
+			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\nimport rego.v1\n\ndeny contains \"never\" if input.request.object.spec.nodeName\n"},
 			wantCode: exitOK,
 			want: []string{`unlisted.rego:5: warning: package "demo.unlisted" has a deny rule but no role in roles.yaml lists it, so it never runs`,
 				"hint: add demo.unlisted to the packages of the roles it should judge", "ok with 1 warnings"},
 		},
 		"--strict fails on that warning": {
-			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\ndeny contains \"never\" if input.request.object.spec.x\n"},
+			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\ndeny contains \"never\" if input.request.object.spec.nodeName\n"},
 			args:     []string{"--strict"},
 			wantCode: exitFailed,
 			want:     []string{`package "demo.unlisted" has a deny rule but no role`},
@@ -130,13 +125,31 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 			wantCode: exitFailed,
 			want:     []string{"fixtures/bad.yaml:3: error: field objet not found"},
 		},
-	}
+	})
+}
+
+// lintCase is a lint run on the test policies with edits, and what it
+// prints.
+type lintCase struct {
+	edits    map[string]string
+	args     []string
+	wantCode int
+	want     []string
+	// clean: the run reports no problem at all.
+	clean bool
+}
+
+func runLintCases(t *testing.T, cases map[string]lintCase) {
+	t.Helper()
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := copyDir(t, testPolicies, tc.edits)
 			code, out, errOut := run(t, "", append([]string{"lint", dir}, tc.args...)...)
 			if code != tc.wantCode {
 				t.Fatalf("exit code %d, want %d\n%s%s", code, tc.wantCode, out, errOut)
+			}
+			if tc.clean && (strings.Contains(out, ": warning:") || !strings.Contains(out, ": ok (")) {
+				t.Errorf("want a clean run:\n%s", out)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
