@@ -89,16 +89,18 @@ can find with file, line and a hint to fix it. Fixture files (DIR/fixtures or
 
 Warnings name what loads but cannot work as meant: a package with deny,
 warn or patch rules that no role lists (its rules never run), a pattern
-policy no role lists, a package a role lists that has no such rule, and a
-rule calling http.send (with --allow-network-builtins: a network round trip
-inside every admission request), and a ref the input cannot have: every
-policy is type-checked, as opa check --schema does, against the schema of
-its input (the AdmissionReview request, with request.object and oldObject
-the QuantumNode of the CRD, and input.context), so a misspelt path such as
-input.request.object.spec.servcies is reported at its file and line with
-what the schema has there. --schema FILE replaces that schema; --schema DIR
-adds the schemas a rule's METADATA annotation may name (schema.<file>),
-its input.json replacing the input's. --print-schema shows it.
+policy no role lists, a package a role lists that has no such rule, a rule
+calling http.send (with --allow-network-builtins: a network round trip
+inside every admission request), and a ref the input cannot have.
+
+Every policy is type-checked, as opa check --schema does, against the
+schema of its input: the AdmissionReview request, with request.object and
+oldObject the QuantumNode of the CRD, and input.context. A misspelt path
+such as input.request.object.spec.servcies is reported at its file, line
+and column with what the schema has there. --schema FILE replaces that
+schema; --schema DIR adds the schemas a rule's METADATA annotation may name
+(schema.<file>), its input.json replacing the input's; --print-schema
+shows it; --schema-check=false skips the check.
 
 Exit codes: 0 no errors (warnings may be printed; --strict fails on them
 too), 1 problems found, 2 DIR cannot be read.`,

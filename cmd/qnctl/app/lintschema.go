@@ -37,10 +37,11 @@ func loadInputSchema(path string) (*inputSchema, error) {
 	if err != nil {
 		return nil, err
 	}
+	generatedName := qnv1alpha1.Kind + " " + qnv1alpha1.GroupVersion.String()
 	if path == "" {
 		set := ast.NewSchemaSet()
 		set.Put(ast.SchemaRootRef, generated)
-		return &inputSchema{set: set, name: qnv1alpha1.Kind + " " + qnv1alpha1.GroupVersion.String()}, nil
+		return &inputSchema{set: set, name: generatedName}, nil
 	}
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("--schema %s: %w", path, unwrapPathError(err))
@@ -55,7 +56,7 @@ func loadInputSchema(path string) (*inputSchema, error) {
 			set.Put(ast.SchemaRootRef, in)
 		} else {
 			set.Put(ast.SchemaRootRef, generated)
-			name = qnv1alpha1.Kind + " " + qnv1alpha1.GroupVersion.String() + " and " + path
+			name = generatedName + " and " + path
 		}
 	}
 	// The compiler reads the input schema before any policy: one it cannot
