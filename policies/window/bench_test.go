@@ -123,14 +123,14 @@ func BenchmarkPeek(b *testing.B) {
 // configured as qn-webhook's but with a deadline no stall of a shared
 // machine reaches (filling 10,000 users' windows once hit 250 ms under a
 // load average of 20): the benchmarks measure cost, not outages.
-func redisBenchStore(b *testing.B, clk clock.PassiveClock) (*RedisStore, redis.UniversalClient) {
+func redisBenchStore(b *testing.B, clk clock.PassiveClock) (*RedisStore, redis.UniversalClient, *redistest.Server) {
 	srv := redistest.Start(b)
 	c, err := NewRedisClient(RedisConfig{Address: srv.Addr, Timeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	return NewRedisStore(c, RedisOptions{Clock: clk}), c
+	return NewRedisStore(c, RedisOptions{Clock: clk}), c, srv
 }
 
 // reportLatency adds the median and 99th percentile of one call to the
@@ -169,7 +169,7 @@ func BenchmarkRedisTake(b *testing.B) {
 			if tc.step > 0 {
 				clk = &tickClock{step: tc.step}
 			}
-			s, _ := redisBenchStore(b, clk)
+			s, _, srv := redisBenchStore(b, clk)
 			for _, uid := range fill {
 				if _, err := s.Take(ctx, "rt/user/alice", realtime, uid); err != nil {
 					b.Fatal(err)
@@ -177,7 +177,7 @@ func BenchmarkRedisTake(b *testing.B) {
 			}
 			lat := make([]time.Duration, 0, 1<<16)
 			b.ReportAllocs()
-			cpu := cpuTime()
+			cpu, redisCPU := cpuTime(), srv.CPU()
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
@@ -192,6 +192,8 @@ func BenchmarkRedisTake(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+			// redis-server's side: the script, and the round trip's syscalls.
+			b.ReportMetric(float64((srv.CPU()-redisCPU).Nanoseconds())/1e3/float64(b.N), "redis-cpu-µs/op")
 			reportLatency(b, lat)
 		})
 	}
@@ -210,7 +212,7 @@ func cpuTime() time.Duration {
 // BenchmarkRedisTakeParallel is many requests at once from one replica,
 // each its own user: the pool's concurrency against one server.
 func BenchmarkRedisTakeParallel(b *testing.B) {
-	s, _ := redisBenchStore(b, nil)
+	s, _, _ := redisBenchStore(b, nil)
 	var goroutine atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -233,7 +235,7 @@ func BenchmarkRedisMemoryPer10kUsers(b *testing.B) {
 	const users = 10_000
 	for _, changes := range []int{1, 10, 120} {
 		b.Run(fmt.Sprintf("%d changes each", changes), func(b *testing.B) {
-			s, c := redisBenchStore(b, nil)
+			s, c, _ := redisBenchStore(b, nil)
 			ctx := context.Background()
 			var perUser float64
 			for b.Loop() {

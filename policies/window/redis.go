@@ -77,6 +77,8 @@ type RedisStore struct {
 	client redis.Scripter
 	prefix string
 	clk    clock.PassiveClock
+	// take is takeScript; tests swap in its form for Redis before 7.
+	take *redis.Script
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -88,7 +90,7 @@ func NewRedisStore(client redis.Scripter, opts RedisOptions) *RedisStore {
 	if prefix == "" {
 		prefix = DefaultRedisPrefix
 	}
-	return &RedisStore{client: client, prefix: prefix, clk: opts.Clock}
+	return &RedisStore{client: client, prefix: prefix, clk: opts.Clock, take: takeScript}
 }
 
 // Take implements Store in one round trip. The Receipt's time is when,
@@ -99,7 +101,7 @@ func (s *RedisStore) Take(ctx context.Context, key string, limit Limit, uid stri
 		return Taken{}, err
 	}
 	id, isUID := changeID(uid)
-	r, err := takeScript.Run(ctx, s.client, []string{s.redisKey(key)},
+	r, err := s.take.Run(ctx, s.client, []string{s.redisKey(key)},
 		limit.Count, micros(limit.Period), id, isUID, s.now()).Int64Slice()
 	if err == nil && len(r) != 4 {
 		err = fmt.Errorf("the script answered %d values, want 4", len(r))
@@ -146,7 +148,7 @@ func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (State, 
 // requests do not each pay an EVAL of the whole script; call it at start.
 // A server restarted later gets them back through Run's EVAL fallback.
 func (s *RedisStore) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{takeScript, peekScript, releaseScript} {
+	for _, sc := range []*redis.Script{s.take, peekScript, releaseScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("load the rate window scripts into Redis: %w", err)
 		}

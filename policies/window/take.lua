@@ -36,9 +36,25 @@ if n > limit then
   n = limit
 end
 
+-- The newest change: a clock that stepped back records at it, and the key
+-- lives as long as it counts. Read once; an empty window has none.
+local newest = n > 0 and tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) or nil
+
 local admitted, recorded = 0, 0
 local retried = ARGV[4] == '1' and ARGV[3] .. '+'
-local found = ARGV[4] == '1' and redis.call('ZSCORE', key, ARGV[3])
+-- Is this uid's change counted already, plain (found) or marked by an
+-- admitted retry? An empty window holds neither.
+local found, marked = false, false
+if retried and n > 0 then
+  if redis.REDIS_VERSION_NUM then
+    -- Redis 7 and later: both in one call (ZMSCORE, Redis 6.2+).
+    local scores = redis.call('ZMSCORE', key, ARGV[3], retried)
+    found, marked = scores[1], scores[2]
+  else
+    found = redis.call('ZSCORE', key, ARGV[3])
+    marked = not found and redis.call('ZSCORE', key, retried)
+  end
+end
 if found then
   -- A retry of a change already counted takes no slot; from now on the
   -- change stays counted even if the request that recorded it gives its
@@ -46,29 +62,29 @@ if found then
   redis.call('ZADD', key, found, retried)
   redis.call('ZREM', key, ARGV[3])
   admitted = 1
-elseif retried and redis.call('ZSCORE', key, retried) then
+elseif marked then
   admitted = 1
 elseif n < limit then
   -- A server clock that stepped back records at the newest time instead,
   -- which keeps the log ordered and counts the change a little longer.
   local at = now
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
-  if newest and tonumber(newest) > at then at = tonumber(newest) end
+  if newest and newest > at then at = newest end
   redis.call('ZADD', key, num(at), ARGV[3])
   recorded = at
+  newest = at
   n = n + 1
   admitted = 1
 end
 
--- n >= 1 here: either a change was added or a retry was found.
 local retry = 0
-if n >= limit then
+if n >= limit and n > 0 then
   -- Full: a slot frees when the oldest counted change leaves.
   local oldest = tonumber(redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')[2])
   retry = period - (now - oldest)
 end
 -- The key lives exactly as long as its newest change counts, under the
 -- period of this call (a reload may have changed it).
-local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-redis.call('PEXPIRE', key, num(math.ceil((newest + period - now) / 1000)))
+if newest then
+  redis.call('PEXPIRE', key, num(math.ceil((newest + period - now) / 1000)))
+end
 return {admitted, n, retry, recorded}

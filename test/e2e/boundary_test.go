@@ -79,7 +79,7 @@ func TestDeletingANamespaceWithRealtimeBatchAndDefaultNodesCompletes(t *testing.
 		t.Fatalf("the namespace never finished deleting: %v\nkube-controller-manager:\n%s", err, cluster.ControllerManagerLogs())
 	}
 	t.Logf("namespace %s with realtime, batch and default nodes deleted in %s", ns, time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(webhook.Logs(), `"exempt":"control plane: system:serviceaccount:kube-system:namespace-controller deletes for the cluster"`) {
+	if !logsEventuallyContain(ctx, webhook, `"exempt":"control plane: system:serviceaccount:kube-system:namespace-controller deletes for the cluster"`) {
 		t.Errorf("the decision log shows no deletion by the namespace controller; it was admitted some other way")
 	}
 }
@@ -113,7 +113,7 @@ func TestOwnerGarbageCollectionDeletesARealtimeNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\nkube-controller-manager:\n%s", err, cluster.ControllerManagerLogs())
 	}
-	if !strings.Contains(webhook.Logs(), `"exempt":"control plane: system:serviceaccount:kube-system:generic-garbage-collector deletes for the cluster"`) {
+	if !logsEventuallyContain(ctx, webhook, `"exempt":"control plane: system:serviceaccount:kube-system:generic-garbage-collector deletes for the cluster"`) {
 		t.Errorf("the decision log shows no deletion by the garbage collector")
 	}
 }
@@ -371,4 +371,16 @@ func policiesCheck(ready string) string {
 		}
 	}
 	return ready
+}
+
+// logsEventuallyContain reports whether the webhook's output holds want
+// within 5 seconds: decision lines are written together, a few
+// milliseconds after their answers (--decision-log-flush-interval).
+func logsEventuallyContain(ctx context.Context, webhook interface{ Logs() string }, want string) bool {
+	return harness.Eventually(ctx, 5*time.Second, func() error {
+		if !strings.Contains(webhook.Logs(), want) {
+			return fmt.Errorf("no %s in the logs", want)
+		}
+		return nil
+	}) == nil
 }

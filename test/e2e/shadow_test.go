@@ -140,14 +140,22 @@ func TestShadowPolicySetJudgesLiveTrafficWithoutChangingAnswers(t *testing.T) {
 		t.Errorf("disagreements:\n got  %s\n want %s", strings.Join(got, "\n      "), strings.Join(want, "\n      "))
 	}
 
-	// One decision log line per disagreement, with both answers.
+	// One decision log line per disagreement, with both answers (lines
+	// are written a few milliseconds after the answers, grouped).
 	var lines []map[string]any
-	for line := range strings.SplitSeq(w.Logs(), "\n") {
-		var entry map[string]any
-		if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == policies.ShadowMessage {
-			lines = append(lines, entry)
+	harness.WaitFor(t, 10*time.Second, "a decision line per disagreement", func() error {
+		lines = nil
+		for line := range strings.SplitSeq(w.Logs(), "\n") {
+			var entry map[string]any
+			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == policies.ShadowMessage {
+				lines = append(lines, entry)
+			}
 		}
-	}
+		if len(lines) < 3 {
+			return fmt.Errorf("%d shadow disagreement lines so far", len(lines))
+		}
+		return nil
+	})
 	names := []string{}
 	for _, l := range lines {
 		names = append(names, fmt.Sprintf("%s %s->%s", l["name"], l["from"], l["to"]))

@@ -370,9 +370,10 @@ func TestWindowStoreOutage(t *testing.T) {
 				if !strings.Contains(metrics, `qn_window_store_up{store="redis"} 0`) || !strings.Contains(metrics, "qn_window_store_errors_total{") {
 					t.Errorf("replica %d metrics lack the outage:\n%s", i, grepLines(metrics, "qn_window_store"))
 				}
-				if logs := r.Logs(); !strings.Contains(logs, `"windowStore":{"onStoreError":"failOpen"`) || !strings.Contains(logs, `"countedLocally":true`) ||
-					!strings.Contains(logs, `"windowStore":{"onStoreError":"failClosed"`) || !strings.Contains(logs, `"error":"rate window store unavailable`) {
-					t.Errorf("replica %d decision log lacks the store failure:\n%s", i, grepLines(logs, "window"))
+				for _, want := range []string{`"windowStore":{"onStoreError":"failOpen"`, `"countedLocally":true`, `"windowStore":{"onStoreError":"failClosed"`, `"error":"rate window store unavailable`} {
+					if !logsEventuallyContain(context.Background(), r, want) {
+						t.Errorf("replica %d decision log lacks the store failure (%s):\n%s", i, want, grepLines(r.Logs(), "window"))
+					}
 				}
 			}
 

@@ -251,7 +251,7 @@ func (r *Report) Markdown() string {
 		"Server CPU per request is utime+stime from /proc/<pid>/stat over the slice ÷ answers; RSS is the largest VmRSS sampled every 50 ms. "+
 		"The request mix sends each fixture of `test/load/testdata` in turn (%s).\n\n",
 		r.Slices, r.SliceTime, r.Users, r.fixtureList())
-	b.WriteString("Targets: **qn-webhook** (`cmd/qn-webhook`, bundled policies, decision log to /dev/null: the line is built and written); " +
+	b.WriteString("Targets: **qn-webhook** (`cmd/qn-webhook`, bundled policies, decision log to stdout as the chart sets it, grouped into one write per 5 ms, read by the load generator as a container runtime reads it); " +
 		"**qn-webhook +1000 policies** (the same with `--policy-dir` holding the bundled set plus 1,000 roles, each with its own policy package); " +
 		"**OPA** (`opa run --server` over TLS, `test/load/opa`: the same QuantumNode rules written as OPA's Kubernetes admission tutorial does, default decision `system/main`, mutation through `/v0/data/system/mutate`, no decision logs, no rate windows); " +
 		"**bare TLS ceiling** (`test/load/cmd/ceiling`: TLS, read, decode the review with encoding/json, answer allowed)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -134,9 +135,9 @@ func buildOPA(ctx context.Context, out, version string) error {
 }
 
 // StartWebhook runs a qn-webhook binary with self-signed TLS in certDir on
-// a free loopback port, its decision log to /dev/null (the line is still
-// built and written; a file keeps stdout quiet under load), plus extra
-// flags.
+// a free loopback port, its decision log to stdout as the chart runs it
+// (this process reads it, as a container runtime would, and keeps its last
+// 64 KiB), plus extra flags.
 func StartWebhook(name, bin, certDir string, extra ...string) (*Server, error) {
 	return StartWebhookWithEnv(name, bin, certDir, nil, extra...)
 }
@@ -147,7 +148,7 @@ func StartWebhookWithEnv(name, bin, certDir string, env []string, extra ...strin
 	opts := serverProcess
 	opts.Env = env
 	w, err := harness.StartWebhook(bin, certDir, harness.WebhookOptions{
-		Args:    append([]string{"--decision-log", os.DevNull}, extra...),
+		Args:    append([]string{"--decision-log", "-"}, extra...),
 		Process: opts,
 	})
 	if err != nil {
@@ -180,6 +181,10 @@ func StartWebhookWithRedis(name, bin, certDir string, env []string, extra ...str
 	if err != nil {
 		return nil, err
 	}
+	if err := awaitRedis(addr, 15*time.Second); err != nil {
+		_ = redis.Stop()
+		return nil, fmt.Errorf("%s: %w:\n%s", name, err, redis.Logs())
+	}
 	s, err := StartWebhookWithEnv(name, bin, certDir, env, append([]string{"--window-store", "redis", "--redis-address", addr}, extra...)...)
 	if err != nil {
 		_ = redis.Stop()
@@ -193,6 +198,33 @@ func StartWebhookWithRedis(name, bin, certDir string, env []string, extra ...str
 	s.helpers = append(s.helpers, redis)
 	s.HelperPIDs = append(s.HelperPIDs, redis.PID())
 	return s, nil
+}
+
+// awaitRedis waits until the redis-server at addr answers PING: the
+// webhook started before that would begin with its store unreachable.
+func awaitRedis(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = conn.SetDeadline(time.Now().Add(time.Second))
+			reply := make([]byte, 7)
+			if _, err = conn.Write([]byte("PING\r\n")); err == nil {
+				_, err = io.ReadFull(conn, reply)
+			}
+			conn.Close()
+			if err == nil && string(reply) == "+PONG\r\n" {
+				return nil
+			}
+			if err == nil {
+				err = fmt.Errorf("PING answered %q", reply)
+			}
+		}
+		last = err
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("redis-server on %s did not answer PING within %s: %v", addr, timeout, last)
 }
 
 // StartCeiling runs the bare-TLS ceiling server with a certificate in

@@ -21,6 +21,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quantumnode/qn-admission/test/harness"
+
 	"github.com/quantumnode/qn-admission/certs"
 )
 
@@ -178,6 +180,18 @@ func (s *Server) PID() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// CPU is the user and system CPU time redis-server has used: benchmarks
+// count it in what a shared window costs. It fails the test when the
+// server is not running.
+func (s *Server) CPU() time.Duration {
+	s.t.Helper()
+	st, err := harness.ReadProc(s.PID())
+	if err != nil {
+		s.t.Fatalf("read redis-server's CPU time: %v", err)
+	}
+	return st.CPU
 }
 
 // Client is a plain client of the server, closed when the test ends.

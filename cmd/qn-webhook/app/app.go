@@ -14,7 +14,9 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -32,6 +34,7 @@ import (
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/certs"
+	"github.com/quantumnode/qn-admission/internal/batchwrite"
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
@@ -226,11 +229,15 @@ func (p *Program) guardEvaluationMemory() {
 
 // buildDecisionLog opens the decision log.
 func (p *Program) buildDecisionLog(context.Context) error {
-	decisionLog, closeDecisionLog, err := openDecisionLog(p.Options.DecisionLog)
+	decisionLog, closeDecisionLog, err := openDecisionLog(p.Options.DecisionLog, p.Options.DecisionLogFlushInterval)
 	if err != nil {
 		return err
 	}
-	p.closers = append(p.closers, closeDecisionLog)
+	p.closers = append(p.closers, func() {
+		if err := closeDecisionLog(); err != nil {
+			p.Logger.Error("the decision log could not be written", "decisionLog", p.Options.DecisionLog, "error", err.Error())
+		}
+	})
 	p.DecisionLog = decisionLog
 	return nil
 }
@@ -330,17 +337,29 @@ func (p *Program) buildHandler(context.Context) error {
 }
 
 // openDecisionLog returns the logger decision lines go to: stdout for "-",
-// else a file appended to.
-func openDecisionLog(dest string) (*slog.Logger, func(), error) {
-	if dest == "" || dest == "-" {
-		return slog.New(slog.NewJSONHandler(os.Stdout, nil)), func() {}, nil
+// else a file appended to; lines written together every flushInterval
+// (see batchwrite for what a kill loses). close writes what is pending;
+// it runs after the server has drained, so every answered request has
+// its line.
+func openDecisionLog(dest string, flushInterval time.Duration) (logger *slog.Logger, close func() error, err error) {
+	var out io.Writer = os.Stdout
+	closeFile := func() error { return nil }
+	if dest != "" && dest != "-" {
+		f, err := os.OpenFile(dest, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o640)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--decision-log %s: %w", dest, err)
+		}
+		out, closeFile = f, f.Close
 	}
-	f, err := os.OpenFile(dest, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o640)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--decision-log %s: %w", dest, err)
-	}
-	return slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }, nil
+	grouped := batchwrite.New(out, flushInterval, decisionLogBatchBytes)
+	return slog.New(slog.NewJSONHandler(grouped, nil)), func() error {
+		return errors.Join(grouped.Close(), closeFile())
+	}, nil
 }
+
+// decisionLogBatchBytes is the most decision-log bytes held before they
+// are written, whatever the interval: about a hundred lines.
+const decisionLogBatchBytes = 64 << 10
 
 // buildCertificates loads the serving pair into a rotating file source,
 // generating a self-signed pair first when asked: one serving code path.

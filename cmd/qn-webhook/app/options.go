@@ -53,6 +53,10 @@ type Options struct {
 	PolicyPollInterval time.Duration
 	// DecisionLog is "-" for stdout or a file to append decision lines to.
 	DecisionLog string
+	// DecisionLogFlushInterval groups decision lines into one write per
+	// interval (0: a write per line); lines not yet written are lost if
+	// the process is killed.
+	DecisionLogFlushInterval time.Duration
 
 	// ShadowPolicyDir holds a candidate policy set judged beside the
 	// served one, off the response path (policies.Shadow); empty: none.
@@ -131,27 +135,28 @@ const (
 // --tls-self-signed, and are safe in a cluster.
 func NewOptions() *Options {
 	return &Options{
-		ListenAddress:        ":8443",
-		ProbeAddress:         ":8080",
-		TLSSelfSignedDir:     filepath.Join(os.TempDir(), "qn-webhook-certs"),
-		TLSSelfSignedHosts:   []string{"localhost", "127.0.0.1", "::1"},
-		CertPollInterval:     10 * time.Second,
-		PolicyEvalTimeout:    time.Second,
-		PolicyPollInterval:   10 * time.Second,
-		DecisionLog:          "-",
-		ShadowQueue:          policies.DefaultShadowQueue,
-		ShadowCPU:            policies.DefaultShadowCPU,
-		MaxRequestBytes:      webhook.DefaultMaxRequestBytes,
-		MaxRequestElements:   webhook.DefaultMaxRequestElements,
-		MaxConcurrentReviews: webhook.DefaultMaxConcurrentReviews(),
-		MaxConnections:       DefaultMaxConnections,
-		HandshakeTimeout:     webhook.DefaultHandshakeTimeout,
-		RequestBodyTimeout:   webhook.DefaultRequestBodyTimeout,
-		ShutdownGracePeriod:  20 * time.Second,
-		LogFormat:            "json",
-		WindowStore:          WindowStoreMemory,
-		WindowStoreTimeout:   window.DefaultStoreTimeout,
-		Strict:               health.DefaultStrictOptions(),
+		ListenAddress:            ":8443",
+		ProbeAddress:             ":8080",
+		TLSSelfSignedDir:         filepath.Join(os.TempDir(), "qn-webhook-certs"),
+		TLSSelfSignedHosts:       []string{"localhost", "127.0.0.1", "::1"},
+		CertPollInterval:         10 * time.Second,
+		PolicyEvalTimeout:        time.Second,
+		PolicyPollInterval:       10 * time.Second,
+		DecisionLog:              "-",
+		DecisionLogFlushInterval: 5 * time.Millisecond,
+		ShadowQueue:              policies.DefaultShadowQueue,
+		ShadowCPU:                policies.DefaultShadowCPU,
+		MaxRequestBytes:          webhook.DefaultMaxRequestBytes,
+		MaxRequestElements:       webhook.DefaultMaxRequestElements,
+		MaxConcurrentReviews:     webhook.DefaultMaxConcurrentReviews(),
+		MaxConnections:           DefaultMaxConnections,
+		HandshakeTimeout:         webhook.DefaultHandshakeTimeout,
+		RequestBodyTimeout:       webhook.DefaultRequestBodyTimeout,
+		ShutdownGracePeriod:      20 * time.Second,
+		LogFormat:                "json",
+		WindowStore:              WindowStoreMemory,
+		WindowStoreTimeout:       window.DefaultStoreTimeout,
+		Strict:                   health.DefaultStrictOptions(),
 		// cert-manager renews at two thirds of the lifetime (30 of 90
 		// days left); a week left means renewal has failed for weeks.
 		StrictCertMinValidity: 7 * 24 * time.Hour,
@@ -179,6 +184,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PolicyEvalTimeout, "policy-eval-timeout", o.PolicyEvalTimeout, "Deadline of one policy evaluation; keep it well under the webhook timeoutSeconds.")
 	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events (changes are hot-reloaded).")
 	fs.StringVar(&o.DecisionLog, "decision-log", o.DecisionLog, "Where decision lines go: - for stdout, or a file to append to.")
+	fs.DurationVar(&o.DecisionLogFlushInterval, "decision-log-flush-interval", o.DecisionLogFlushInterval, "Decision lines are written together at most this long after the first of them (and at 64 KiB, and on shutdown): one write instead of one per request. A process killed without shutdown (SIGKILL, OOM) loses at most this interval's lines; 0 writes each line at once.")
 	fs.StringVar(&o.ShadowPolicyDir, "shadow-policy-dir", o.ShadowPolicyDir, "A candidate policy directory judged beside the served one on every request, off the response path: disagreements become qn_admission_shadow_disagreements_total and \"shadow disagreement\" decision lines; answers never depend on it. Hot-reloaded like --policy-dir.")
 	fs.IntVar(&o.ShadowQueue, "shadow-queue", o.ShadowQueue, "Most requests waiting for the shadow policy set; more are not judged by it and are counted in qn_admission_shadow_dropped_total.")
 	fs.Float64Var(&o.ShadowCPU, "shadow-cpu", o.ShadowCPU, "Share of one CPU the shadow policy set may use (0 < share <= 1); what it cannot judge in time waits in --shadow-queue.")
@@ -235,6 +241,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-request-bytes-in-flight must not be negative, got %d", o.MaxRequestBytesInFlight)
 	case o.MaxRequestBytesInFlight > 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes:
 		return fmt.Errorf("--max-request-bytes-in-flight (%d) must be at least --max-request-bytes (%d), or the largest review could never be read", o.MaxRequestBytesInFlight, o.MaxRequestBytes)
+	case o.DecisionLogFlushInterval < 0 || o.DecisionLogFlushInterval > time.Second:
+		return fmt.Errorf("--decision-log-flush-interval must be between 0 (a write per line) and 1s, got %s", o.DecisionLogFlushInterval)
 	case o.ShadowQueue <= 0:
 		return fmt.Errorf("--shadow-queue must be positive, got %d", o.ShadowQueue)
 	case o.ShadowCPU <= 0 || o.ShadowCPU > 1:

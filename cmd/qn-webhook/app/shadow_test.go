@@ -63,10 +63,9 @@ func TestAShadowSetThatLandsLateJudgesRequestsWithoutChangingAnswers(t *testing.
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	log, err := os.ReadFile(decisions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log, _ := awaitDecisions(t, decisions, func(log string) bool {
+		return strings.Count(log, `"msg":"shadow disagreement"`) >= 4
+	})
 	if n := strings.Count(string(log), `"msg":"shadow disagreement"`); n != 4 {
 		t.Errorf("%d shadow disagreement lines in the decision log, want 4:\n%s", n, log)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quantumnode/qn-admission/test/redistest"
 )
@@ -48,8 +49,9 @@ func TestProgramCountsWindowsInRedis(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	decisions := readFile(t, filepath.Join(dir, "decisions.jsonl"))
-	if !strings.Contains(decisions, `"windowStore":{"onStoreError":"failOpen","latencyMs":`) {
+	if decisions, ok := awaitDecisions(t, filepath.Join(dir, "decisions.jsonl"), func(log string) bool {
+		return strings.Contains(log, `"windowStore":{"onStoreError":"failOpen","latencyMs":`)
+	}); !ok {
 		t.Errorf("decision lines lack the window store:\n%s", decisions)
 	}
 }
@@ -134,6 +136,24 @@ func TestBuildRefusesWindowStoreMistakes(t *testing.T) {
 				t.Errorf("Build: %v, want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// awaitDecisions reads the decision log at path until done accepts it or
+// 5 seconds pass (lines are written together, a few milliseconds after the
+// answers: --decision-log-flush-interval); it returns the last read.
+func awaitDecisions(t *testing.T, path string, done func(string) bool) (string, bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		log := readFile(t, path)
+		if done(log) {
+			return log, true
+		}
+		if time.Now().After(deadline) {
+			return log, false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

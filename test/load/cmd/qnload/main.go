@@ -39,6 +39,8 @@ type options struct {
 	gogcVariant     string
 	redis           bool
 	profileDuration time.Duration
+	profileTarget   string
+	profileOnly     bool
 }
 
 func main() {
@@ -59,6 +61,8 @@ func main() {
 	flag.BoolVar(&o.redis, "redis", true, "Also measure qn-webhook with its windows in a redis-server of its own (needs redis-server on PATH), redis-server's CPU counted in its figures.")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
 	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
+	flag.StringVar(&o.profileTarget, "profile-target", "shipped", "What --cpuprofile profiles: shipped (Redis windows on a redis-server of its own, with the --runtime-variant setting, as the chart runs it) or memory (in-process windows, the same runtime setting).")
+	flag.BoolVar(&o.profileOnly, "profile-only", false, "With --cpuprofile: skip the comparison, only profile.")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -93,6 +97,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(work)
+	if o.cpuProfile != "" && o.profileOnly {
+		return profile(ctx, o, work, fixtures)
+	}
 
 	logf("building qn-webhook, the ceiling and opa")
 	webhookBin, err := harness.Build(ctx, work, "./cmd/qn-webhook")
@@ -298,7 +305,19 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	if err != nil {
 		return err
 	}
-	srv, err := load.StartWebhook(load.NameWebhook, bin, filepath.Join(work, "qnprof-certs"))
+	var env []string
+	if o.gogcVariant != "" {
+		env = []string{o.gogcVariant}
+	}
+	var srv *load.Server
+	switch o.profileTarget {
+	case "memory":
+		srv, err = load.StartWebhookWithEnv(load.NameWebhook, bin, filepath.Join(work, "qnprof-certs"), env)
+	case "shipped":
+		srv, err = load.StartWebhookWithRedis(load.NameWebhookRedis, bin, filepath.Join(work, "qnprof-certs"), env)
+	default:
+		return fmt.Errorf("--profile-target: %q is neither shipped nor memory", o.profileTarget)
+	}
 	if err != nil {
 		return err
 	}
@@ -311,10 +330,22 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	defer client.Close()
 	ld := load.Load{Calls: load.Mix(fixtures, false), Concurrency: o.concurrency, Duration: o.profileDuration + 2*time.Second}
 	done := make(chan error, 1)
+	sampler, err := load.StartSampler(srv.PID, 50*time.Millisecond, srv.HelperPIDs...)
+	if err != nil {
+		return err
+	}
 	go func() {
 		r, err := client.Run(ctx, ld)
 		if err == nil && r.Errors > 0 {
 			err = fmt.Errorf("%d wrong answers while profiling, e.g. %v", r.Errors, r.FirstErrors)
+		}
+		if usage, serr := sampler.Stop(); err == nil && serr == nil && r.Requests > 0 {
+			// The profile covers part of the run; these figures the whole
+			// of it, so a profile's share of a function converts to µs per
+			// request.
+			n := time.Duration(r.Requests)
+			logf("profiled run: %d requests, %.0f req/s, server CPU %s per request (of which helpers such as redis-server %s), load average %s",
+				r.Requests, r.Throughput(), usage.CPU/n, usage.HelperCPU/n, load.LoadAverage())
 		}
 		done <- err
 	}()
@@ -338,7 +369,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	if err := <-done; err != nil {
 		return err
 	}
-	logf("CPU profile of qn-webhook under the closed validate loop: %s (go tool pprof -top %s)", o.cpuProfile, o.cpuProfile)
+	logf("CPU profile of qn-webhook (%s) under the closed validate loop: %s (go tool pprof -top %s)", o.profileTarget, o.cpuProfile, o.cpuProfile)
 	return nil
 }
 
