@@ -126,3 +126,15 @@ func BenchmarkValidateRealtimeTracing(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckBudget is the element and depth count over a realtime
+// CREATE's review, before decoding.
+func BenchmarkCheckBudget(b *testing.B) {
+	body := []byte(fmt.Sprintf(realtimeReview, 1))
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := checkBudget(body, 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -194,5 +195,80 @@ func TestAWaitingRequestGivesUpWhenItsContextEnds(t *testing.T) {
 	release, err := h.acquire(ctx)
 	if release != nil || err == nil || err.status != http.StatusServiceUnavailable {
 		t.Fatalf("a cancelled request must not wait an hour for a slot, got %v", err)
+	}
+}
+
+// TestBudgetSkipsStringsAsAByteByByteScanWould compares checkBudget, which
+// jumps from quote to quote, with the byte-by-byte state machine it
+// replaced, on random bodies dense in quotes, backslashes and structure:
+// the same answer, at the same byte.
+func TestBudgetSkipsStringsAsAByteByByteScanWould(t *testing.T) {
+	reference := func(body []byte, maxElements int) error {
+		elements, depth := 0, 0
+		inString, escaped := false, false
+		for i, b := range body {
+			if inString {
+				switch {
+				case escaped:
+					escaped = false
+				case b == '\\':
+					escaped = true
+				case b == '"':
+					inString = false
+				}
+				continue
+			}
+			switch b {
+			case '"':
+				inString = true
+			case '{', '[':
+				depth++
+				if depth > MaxRequestDepth {
+					return fmt.Errorf("depth at %d", i)
+				}
+				elements++
+			case '}', ']':
+				depth--
+			case ',':
+				elements++
+			}
+			if elements > maxElements {
+				return fmt.Errorf("elements at %d", i)
+			}
+		}
+		return nil
+	}
+	// at extracts the byte offset both implementations name.
+	at := func(err error) string {
+		if err == nil {
+			return "accepted"
+		}
+		kind := "elements"
+		if strings.Contains(err.Error(), "deeper") || strings.HasPrefix(err.Error(), "depth") {
+			kind = "depth"
+		}
+		var n int
+		msg := err.Error()
+		if i := strings.Index(msg, "at byte "); i >= 0 {
+			_, _ = fmt.Sscanf(msg[i+8:], "%d", &n)
+		} else if i := strings.LastIndex(msg, " at "); i >= 0 {
+			_, _ = fmt.Sscanf(msg[i+4:], "%d", &n)
+		}
+		return fmt.Sprintf("%s at %d", kind, n)
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	const alphabet = `{}[],"\\\\\\a:1 `
+	for i := range 20000 {
+		body := make([]byte, rng.IntN(120))
+		for j := range body {
+			body[j] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if rng.IntN(10) == 0 { // deep nesting now and then
+			body = append(bytes.Repeat([]byte("["), MaxRequestDepth+rng.IntN(3)-1), body...)
+		}
+		limit := rng.IntN(20)
+		if got, want := at(checkBudget(body, limit)), at(reference(body, limit)); got != want {
+			t.Fatalf("case %d, %q with limit %d: %s; the byte-by-byte scan says %s", i, body, limit, got, want)
+		}
 	}
 }
