@@ -131,6 +131,18 @@ func (c *Cluster) Stop() error {
 	return c.Env.Stop()
 }
 
+// As is a dynamic client that acts as user in groups (the admin
+// impersonates them), without client-go's default throttle and with
+// warnings dropped: requests whose requester matters (roles, rate windows
+// per user) as that user makes them.
+func (c *Cluster) As(user string, groups ...string) (dynamic.Interface, error) {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	cfg.QPS, cfg.Burst = 500, 500
+	cfg.WarningHandler = rest.NoWarnings{}
+	return dynamic.NewForConfig(cfg)
+}
+
 // RunKubectl runs the built kubectl against the cluster with stdin, and
 // returns its combined output.
 func (c *Cluster) RunKubectl(ctx context.Context, stdin string, args ...string) (string, error) {

@@ -1,13 +1,9 @@
 package vap
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,7 +32,7 @@ func BenchmarkCreateThroughTheAPIServer(b *testing.B) {
 	if err := cluster.StartControllerManager(); err != nil {
 		b.Fatalf("%v\n%s", err, cluster.ControllerManagerLogs())
 	}
-	apiServer, err := apiServerPID()
+	apiServer, err := cluster.APIServerPID()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -131,28 +127,3 @@ func BenchmarkCreateThroughTheAPIServer(b *testing.B) {
 var benchRuns int
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// apiServerPID finds the test kube-apiserver's process by its certificate
-// directory on its command line.
-func apiServerPID() (int, error) {
-	certDir := cluster.Env.ControlPlane.APIServer.CertDir
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := bytes.Split(cmdline, []byte{0})
-		if len(args) > 0 && filepath.Base(string(args[0])) == "kube-apiserver" && bytes.Contains(cmdline, []byte(certDir)) {
-			return pid, nil
-		}
-	}
-	return 0, fmt.Errorf("no kube-apiserver process with %s on its command line", certDir)
-}

@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/quantumnode/qn-admission/policies/vap"
@@ -233,11 +232,7 @@ func batch(name string) *unstructured.Unstructured {
 // system:authenticated).
 func as(t testing.TB, user string, groups ...string) dynamic.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(cluster.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
-	cfg.QPS, cfg.Burst = 500, 500
-	cfg.WarningHandler = rest.NoWarnings{}
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := cluster.As(user, groups...)
 	if err != nil {
 		t.Fatal(err)
 	}
