@@ -69,7 +69,7 @@ policy-test:
 docs-samples:
 	$(GO) test -count=1 ./cmd/qnctl/app -run TestReadmeSamples -update
 
-## bench: in-process benchmarks, then qn-webhook vs OPA vs a bare-TLS ceiling over HTTPS; rewrites the load section of docs/benchmarks.md
+## bench: in-process benchmarks, then qn-webhook (also with a shadow policy set) vs OPA vs a bare-TLS ceiling over HTTPS; rewrites the load section of docs/benchmarks.md
 .PHONY: bench
 bench:
 	@mkdir -p $(BIN)

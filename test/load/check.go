@@ -26,6 +26,9 @@ const (
 // when applied to the object.
 type Checker struct {
 	Judge bool
+	// Revision, when set, is the policy revision every answer must name
+	// (auditAnnotations.revision): the served set, not a shadow's.
+	Revision string
 	// patches remembers patches already proven for a fixture: each distinct
 	// patch is applied once, not on every request.
 	patches sync.Map // fixture name + "\x00" + patch -> struct{}
@@ -70,6 +73,9 @@ func (c *Checker) Check(call Call, uid string, status int, contentType string, b
 	}
 	if !r.Allowed && (r.Result == nil || r.Result.Message == "") {
 		return fmt.Errorf("%s: a denial without a message: %s", call, clip(body))
+	}
+	if c.Revision != "" && r.AuditAnnotations["revision"] != c.Revision {
+		return fmt.Errorf("%s: answered by policy revision %q, want the served set's %q", call, r.AuditAnnotations["revision"], c.Revision)
 	}
 	if !c.Judge {
 		return nil

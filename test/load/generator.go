@@ -33,6 +33,9 @@ type Target struct {
 	// decisions are checked against the fixtures' expectations. The bare
 	// ceiling admits everything and is checked for a well-formed answer only.
 	Judges bool
+	// Revision, when set, is the policy revision every answer must name in
+	// its audit annotations: the set that must have answered.
+	Revision string
 }
 
 // DefaultUsers is the size of the user pool requests rotate through. Rate
@@ -68,7 +71,7 @@ func NewClient(t *Target, maxConns int) *Client {
 	return &Client{
 		target:  t,
 		http:    &http.Client{Transport: tr},
-		checker: &Checker{Judge: t.Judges},
+		checker: &Checker{Judge: t.Judges, Revision: t.Revision},
 		run:     rand.Uint32(),
 	}
 }

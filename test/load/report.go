@@ -24,6 +24,10 @@ const (
 	// its own, whose CPU counts in qn-webhook's: the chart's store.
 	NameWebhookRedis = "qn-webhook, Redis windows"
 	NameCeiling      = "bare TLS ceiling"
+	// NameWebhookShadow is qn-webhook with a candidate policy set in
+	// --shadow-policy-dir (WriteShadowCandidate), judged off the response
+	// path beside the served bundled set.
+	NameWebhookShadow = "qn-webhook + shadow"
 )
 
 // Scenario names the goals are read from.
@@ -164,6 +168,11 @@ func (r *Report) Goals() []Goal {
 				Goal{fmt.Sprintf("open loop %.0f req/s: p99.9", rate), "≤ 10 ms", fmtDur(s.P999), verdict(s.P999 <= 10*time.Millisecond)},
 				Goal{fmt.Sprintf("open loop %.0f req/s: errors", rate), "0", fmt.Sprintf("%d of %d", s.Errors, s.Requests), verdict(s.Errors == 0)})
 		}
+		if with, without := ov.Slices[NameWebhookShadow], ov.Slices[NameWebhook]; len(with) > 0 && len(without) > 0 {
+			c := CompareShadow(with, without)
+			goals = append(goals, Goal{fmt.Sprintf("open loop %.0f req/s: served p99 with a shadow ÷ without, per round", ov.Scenario.Load.Rate), "within noise",
+				c.P99.String() + ", " + c.P99.Verdict(), c.P99.WithinNoise()})
+		}
 		shipped := NameWebhookRedis
 		if r.RuntimeVariant != "" {
 			shipped = WithRuntime(NameWebhookRedis, r.RuntimeVariant)
@@ -255,6 +264,9 @@ func (r *Report) Markdown() string {
 		"**qn-webhook +1000 policies** (the same with `--policy-dir` holding the bundled set plus 1,000 roles, each with its own policy package); " +
 		"**OPA** (`opa run --server` over TLS, `test/load/opa`: the same QuantumNode rules written as OPA's Kubernetes admission tutorial does, default decision `system/main`, mutation through `/v0/data/system/mutate`, no decision logs, no rate windows); " +
 		"**bare TLS ceiling** (`test/load/cmd/ceiling`: TLS, read, decode the review with encoding/json, answer allowed)")
+	if r.hasTarget(NameWebhookShadow) {
+		b.WriteString("; **" + NameWebhookShadow + "** (qn-webhook as the first, plus `--shadow-policy-dir` holding a candidate set at the default `--shadow-cpu` and `--shadow-queue`: the bundled set with port 22 refused in the default role and the realtime latency budget raised from 50 to 100 ms, so the shadow disagrees on part of the mix; every answer is checked to name the served set's revision; a slice ends when the shadow has judged or dropped each of its requests, and the shadow's counts come from `/metrics` after each slice)")
+	}
 	b.WriteString("; **" + NameWebhookRedis + "** (qn-webhook with `--window-store redis` on a redis-server of its own, persistence off, as the chart's bundled one: every request takes a slot in Redis, and redis-server's CPU time is counted in the target's CPU per request)")
 	if v := r.RuntimeVariant; v != "" {
 		fmt.Fprintf(&b, "; targets named with **%s** run with that Go runtime setting, qn-webhook and OPA alike (`GOMEMLIMIT` is what qn-webhook sets itself in the chart's 256 MiB container, and with a limit it runs with GOGC=400; OPA gets the same variable). qn-webhook and OPA are compared only at equal settings: a ratio between different GC settings is not reported", v)
@@ -283,6 +295,9 @@ func (r *Report) Markdown() string {
 				name, s.Throughput, s.ThroughputSpread[0], s.ThroughputSpread[1], fmtDur(s.P50), fmtDur(s.P90), fmtDur(s.P99), fmtDur(s.P999), fmtDur(s.Max),
 				micros(s.CPUPerRequest), micros(s.CPUPerRequestSpan[0]), micros(s.CPUPerRequestSpan[1]), mib(s.MaxRSS), s.Errors, s.Requests, micros(s.ClientCPUPerReq))
 		}
+		if with, without := sc.Slices[NameWebhookShadow], sc.Slices[NameWebhook]; len(with) > 0 && len(without) > 0 {
+			b.WriteString("\n" + CompareShadow(with, without).Markdown())
+		}
 		if sc.Scenario.Load.Rate > 0 {
 			var lag time.Duration
 			for _, name := range sc.Scenario.Targets {
@@ -306,6 +321,15 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString(EndMarker + "\n")
 	return b.String()
+}
+
+func (r *Report) hasTarget(name string) bool {
+	for _, sc := range r.Scenarios {
+		if len(sc.Slices[name]) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Report) otherShare(largest bool) float64 {

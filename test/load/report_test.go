@@ -1,6 +1,7 @@
 package load
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -180,4 +181,74 @@ func TestMedianOfEvenAndOddCounts(t *testing.T) {
 	if m := median[int](nil); m != 0 {
 		t.Errorf("median of nothing = %v", m)
 	}
+}
+
+func TestShadowComparisonTellsADifferenceFromNoiseRoundByRound(t *testing.T) {
+	// slice is a slice whose every latency is d, with 100 answers.
+	slice := func(d time.Duration, shadow *ShadowCounts) Slice {
+		lat := make([]time.Duration, 100)
+		for i := range lat {
+			lat[i] = d
+		}
+		return Slice{Result: &Result{Requests: 100, Latencies: lat}, Server: ServerUsage{CPU: 100 * d}, Shadow: shadow}
+	}
+	ms := time.Millisecond
+	counts := &ShadowCounts{Answered: 100, Judged: 90, Dropped: 10, Disagreed: 9}
+	cases := map[string]struct {
+		with, without []time.Duration
+		within        *bool
+		says          string
+	}{
+		"higher in every round is a difference": {
+			with: []time.Duration{2 * ms, 3 * ms, 4 * ms}, without: []time.Duration{1 * ms, 2 * ms, 3 * ms},
+			within: verdict(false), says: "not within noise: higher in each of 3 rounds",
+		},
+		"lower in every round is a difference too": {
+			with: []time.Duration{1 * ms, 1 * ms, 1 * ms}, without: []time.Duration{2 * ms, 2 * ms, 2 * ms},
+			within: verdict(false), says: "not within noise: lower in each of 3 rounds",
+		},
+		"higher in some rounds and lower in others is noise": {
+			with: []time.Duration{2 * ms, 1 * ms, 3 * ms}, without: []time.Duration{1 * ms, 2 * ms, 2 * ms},
+			within: verdict(true), says: "within noise",
+		},
+		"two rounds cannot tell": {
+			with: []time.Duration{2 * ms, 3 * ms}, without: []time.Duration{1 * ms, 1 * ms},
+			says: "too few to tell",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var with, without []Slice
+			for i := range tc.with {
+				with = append(with, slice(tc.with[i], counts))
+				without = append(without, slice(tc.without[i], nil))
+			}
+			c := CompareShadow(with, without)
+			got := c.P99.WithinNoise()
+			if (got == nil) != (tc.within == nil) || (got != nil && *got != *tc.within) {
+				t.Errorf("WithinNoise = %v, want %v (%s)", fmtVerdict(got), fmtVerdict(tc.within), c.P99)
+			}
+			if !strings.Contains(c.P99.Verdict(), tc.says) {
+				t.Errorf("Verdict %q, want it to say %q", c.P99.Verdict(), tc.says)
+			}
+			n := len(tc.with)
+			md := c.Markdown()
+			for _, want := range []string{
+				"Served p99 with a shadow vs without: " + c.P99.Verdict(),
+				fmt.Sprintf("judged %d of the %d requests answered (90.0 %%) and dropped %d (10.0 %%", 90*n, 100*n, 10*n),
+				fmt.Sprintf("disagreed with the served answer on %d (10.0 %% of those judged)", 9*n),
+			} {
+				if !strings.Contains(md, want) {
+					t.Errorf("the paragraph does not say %q:\n%s", want, md)
+				}
+			}
+		})
+	}
+}
+
+func fmtVerdict(b *bool) string {
+	if b == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*b)
 }

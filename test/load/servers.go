@@ -25,7 +25,17 @@ type Server struct {
 	// helpers are processes the server needs (its redis-server), stopped
 	// after it.
 	helpers []*harness.Process
+	// probe is the URL of qn-webhook's probe listener (/metrics,
+	// /readyz), "" for other servers.
+	probe string
+	// ShadowRevision is the revision of the candidate set a shadowed
+	// qn-webhook judges with beside the served one ("" without a shadow).
+	ShadowRevision string
 }
+
+// Shadowed says the server judges every request again with a candidate
+// policy set (qn-webhook --shadow-policy-dir).
+func (s *Server) Shadowed() bool { return s.ShadowRevision != "" }
 
 // Stop sends SIGTERM and waits for the process, then its helpers, to exit
 // (killing each after 20 seconds).
@@ -157,7 +167,7 @@ func StartWebhookWithEnv(name, bin, certDir string, env []string, extra ...strin
 	return &Server{Target: &Target{
 		Name: name, BaseURL: "https://" + w.Address, ValidatePath: "/validate", MutatePath: "/mutate",
 		RootCAs: w.RootCAs, PID: w.PID(), Judges: true,
-	}, proc: w.Process}, nil
+	}, proc: w.Process, probe: w.ProbeURL("")}, nil
 }
 
 // StartWebhookWithRedis is StartWebhookWithEnv with rate windows in a

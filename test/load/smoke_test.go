@@ -11,7 +11,8 @@ import (
 )
 
 // TestSmoke runs the comparison in miniature against the real binaries:
-// qn-webhook (bundled policies, and a policy directory with extra roles),
+// qn-webhook (bundled policies, a policy directory with extra roles, and
+// a shadow policy set),
 // the bare-TLS ceiling, and OPA when its binary is already built (make
 // bench builds it once; building it here would add minutes to CI). A few
 // hundred requests per target through closed and open loops, every answer
@@ -54,9 +55,15 @@ func TestSmoke(t *testing.T) {
 	}
 	s, err = StartWebhook(NameWebhookExtra, webhookBin, filepath.Join(dir, "qn-extra-certs"), "--policy-dir", extra)
 	start(NameWebhookExtra, s, err)
+	candidate := filepath.Join(dir, "policies-candidate")
+	if err := WriteShadowCandidate(candidate); err != nil {
+		t.Fatal(err)
+	}
+	s, err = StartWebhookShadow(NameWebhookShadow, webhookBin, filepath.Join(dir, "qn-shadow-certs"), candidate)
+	start(NameWebhookShadow, s, err)
 	s, err = StartCeiling(ceilingBin, filepath.Join(dir, "ceiling-certs"))
 	start(NameCeiling, s, err)
-	targets := []string{NameWebhook, NameWebhookExtra, NameCeiling}
+	targets := []string{NameWebhook, NameWebhookShadow, NameWebhookExtra, NameCeiling}
 	if version, err := OPAVersion(ctx); err != nil {
 		t.Fatal(err)
 	} else if bin, ok := CachedOPA(version); ok {
@@ -92,6 +99,13 @@ func TestSmoke(t *testing.T) {
 			if want := sc.Scenario.Load.MaxRequests; want > 0 && r.Requests != want {
 				t.Errorf("%s %s: %d requests, want %d", sc.Scenario.Name, name, r.Requests, want)
 			}
+			// A shadowed slice ends when the shadow has dealt with each
+			// of its requests.
+			if sh := sl[0].Shadow; (sh != nil) != (name == NameWebhookShadow) {
+				t.Errorf("%s %s: shadow counts %+v", sc.Scenario.Name, name, sh)
+			} else if sh != nil && (sh.Answered != r.Requests || sh.Judged+sh.Dropped != sh.Answered || sh.Judged == 0) {
+				t.Errorf("%s %s: %d requests sent; the server answered %d, the shadow judged %d and dropped %d", sc.Scenario.Name, name, r.Requests, sh.Answered, sh.Judged, sh.Dropped)
+			}
 		}
 	}
 	report := &Report{Machine: DescribeMachine("test"), Scenarios: results, Slices: 1, SliceTime: time.Second, Users: DefaultUsers}
@@ -100,5 +114,8 @@ func TestSmoke(t *testing.T) {
 		if !strings.Contains(md, "| "+name+" |") {
 			t.Errorf("the report has no row for %s:\n%s", name, md)
 		}
+	}
+	if n := strings.Count(md, "Served p99 with a shadow vs without: "); n != len(results) {
+		t.Errorf("the report compares the shadowed qn-webhook in %d scenarios, want %d:\n%s", n, len(results), md)
 	}
 }

@@ -36,6 +36,9 @@ type Slice struct {
 	// WallCPU is the machine's CPU capacity during the slice (wall time ×
 	// cores), to put OtherCPU in proportion.
 	WallCPU time.Duration
+	// Shadow is what a shadowed server's shadow did with the slice's
+	// requests (nil for other servers).
+	Shadow *ShadowCounts
 }
 
 // CPUPerRequest is server CPU time per answered request.
@@ -126,7 +129,7 @@ func (s *Suite) runScenario(ctx context.Context, sc Scenario) (ScenarioResult, e
 			if err != nil {
 				return res, err
 			}
-			if _, err := c.Run(ctx, warm); err != nil {
+			if err := s.runSettled(ctx, c, s.Servers[name], warm); err != nil {
 				return res, err
 			}
 		}
@@ -145,6 +148,9 @@ func (s *Suite) runScenario(ctx context.Context, sc Scenario) (ScenarioResult, e
 			fmt.Fprintf(s.Log, "%-16s %-26s slice %d/%d: %7.0f req/s  p50 %-8s p99 %-8s server CPU %5.0f µs/req  RSS %5.1f MiB  errors %d\n",
 				sc.Name, name, i+1, s.Slices, sl.Result.Throughput(), round(sl.Result.Percentile(50)), round(sl.Result.Percentile(99)),
 				micros(sl.CPUPerRequest()), mib(sl.Server.MaxRSS), sl.Result.Errors)
+			if sh := sl.Shadow; sh != nil {
+				fmt.Fprintf(s.Log, "    shadow: %d answered, %d judged, %d dropped, %d disagreements\n", sh.Answered, sh.Judged, sh.Dropped, sh.Disagreed)
+			}
 			for _, e := range sl.Result.FirstErrors {
 				fmt.Fprintf(s.Log, "    error: %s\n", e)
 			}
@@ -153,7 +159,39 @@ func (s *Suite) runScenario(ctx context.Context, sc Scenario) (ScenarioResult, e
 	return res, nil
 }
 
+// shadowSettle bounds the wait for a shadow to work through its queue
+// after a slice: at its CPU share a full queue takes well under a second.
+const shadowSettle = time.Minute
+
+// runSettled is an unmeasured run (a warm-up) that leaves no shadow work
+// behind to be counted in the next slice.
+func (s *Suite) runSettled(ctx context.Context, c *Client, srv *Server, load Load) error {
+	var base ShadowCounts
+	if srv.Shadowed() {
+		var err error
+		if base, err = srv.ShadowCounts(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := c.Run(ctx, load); err != nil {
+		return err
+	}
+	if srv.Shadowed() {
+		_, err := srv.WaitShadow(ctx, base, shadowSettle)
+		return err
+	}
+	return nil
+}
+
 func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (Slice, error) {
+	var shadow *ShadowCounts
+	if srv.Shadowed() {
+		base, err := srv.ShadowCounts(ctx)
+		if err != nil {
+			return Slice{}, err
+		}
+		shadow = &base
+	}
 	m0, err := harness.ReadMachineCPU()
 	if err != nil {
 		return Slice{}, err
@@ -164,10 +202,19 @@ func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (S
 	}
 	start := time.Now()
 	r, runErr := c.Run(ctx, load)
+	// A shadow still judging the slice's requests spends the server's CPU
+	// on them: the slice's CPU time ends when its queue is worked through.
+	var shadowErr error
+	if shadow != nil && runErr == nil {
+		*shadow, shadowErr = srv.WaitShadow(ctx, *shadow, shadowSettle)
+	}
 	wall := time.Since(start)
 	usage, err := sampler.Stop()
 	if runErr != nil {
 		return Slice{}, runErr
+	}
+	if shadowErr != nil {
+		return Slice{}, shadowErr
 	}
 	if err != nil {
 		return Slice{}, err
@@ -178,7 +225,7 @@ func (s *Suite) slice(ctx context.Context, c *Client, srv *Server, load Load) (S
 	}
 	cores := time.Duration(numCPU())
 	other := (m1.Busy - m0.Busy) - usage.CPU - r.ClientCPU
-	return Slice{Result: r, Server: usage, OtherCPU: max(other, 0), OtherNiceCPU: min(m1.Nice-m0.Nice, max(other, 0)), WallCPU: wall * cores}, nil
+	return Slice{Result: r, Server: usage, OtherCPU: max(other, 0), OtherNiceCPU: min(m1.Nice-m0.Nice, max(other, 0)), WallCPU: wall * cores, Shadow: shadow}, nil
 }
 
 // Summary is the medians of a target's slices.
@@ -237,13 +284,18 @@ func Summarize(ss []Slice) Summary {
 // Ratio is the median over slice rounds of f(a_i)/f(b_i): each round's
 // slices ran back to back, so the machine's noise largely cancels.
 func Ratio(a, b []Slice, f func(Slice) float64) float64 {
+	return median(roundRatios(a, b, f))
+}
+
+// roundRatios are f(a_i)/f(b_i) for each slice round i.
+func roundRatios(a, b []Slice, f func(Slice) float64) []float64 {
 	var rs []float64
 	for i := range min(len(a), len(b)) {
 		if d := f(b[i]); d != 0 {
 			rs = append(rs, f(a[i])/d)
 		}
 	}
-	return median(rs)
+	return rs
 }
 
 func median[T int | float64 | time.Duration](xs []T) T {

@@ -1,6 +1,7 @@
 // Command qnload runs the load comparison: qn-webhook (with the bundled
-// policies, and with 1,000 extra policies), the OPA server with the same
-// rules, and the bare-TLS ceiling, in alternating slices on this machine.
+// policies, with 1,000 extra policies, and with a shadow policy set), the
+// OPA server with the same rules, and the bare-TLS ceiling, in alternating
+// slices on this machine.
 // It prints the generated Markdown section and, with --doc, rewrites that
 // section of docs/benchmarks.md. `make bench` runs it.
 package main
@@ -38,6 +39,7 @@ type options struct {
 	cpuProfile      string
 	gogcVariant     string
 	redis           bool
+	shadow          bool
 	profileDuration time.Duration
 	profileTarget   string
 	profileOnly     bool
@@ -59,6 +61,7 @@ func main() {
 	flag.StringVar(&o.inProcess, "inprocess", "", "`go test -bench` output to include as the in-process table.")
 	flag.StringVar(&o.gogcVariant, "runtime-variant", "GOMEMLIMIT=192MiB", "Also measure qn-webhook, its Redis-windowed form and OPA with this Go runtime variable in the closed validate loop (default: the soft limit qn-webhook sets itself in the chart's 256 MiB container, which also selects GOGC=400; e.g. GOGC=400; empty: none).")
 	flag.BoolVar(&o.redis, "redis", true, "Also measure qn-webhook with its windows in a redis-server of its own (needs redis-server on PATH), redis-server's CPU counted in its figures.")
+	flag.BoolVar(&o.shadow, "shadow", true, "Also measure qn-webhook with a candidate policy set in --shadow-policy-dir (at the default --shadow-cpu), in the same rounds as qn-webhook without one: served latency and CPU with and without a shadow, and what share of the requests the shadow judged and dropped.")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
 	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
 	flag.StringVar(&o.profileTarget, "profile-target", "shipped", "What --cpuprofile profiles: shipped (Redis windows on a redis-server of its own, with the --runtime-variant setting, as the chart runs it) or memory (in-process windows, the same runtime setting).")
@@ -148,6 +151,17 @@ func run(ctx context.Context, o options) error {
 			// re-hashing 1,000 files every 10 seconds.
 			return load.StartWebhook(load.NameWebhookExtra, webhookBin, filepath.Join(work, "qn-extra-certs"),
 				"--policy-dir", dir, "--policy-poll-interval", "1h")
+		}); err != nil {
+			return err
+		}
+	}
+	if o.shadow {
+		candidate := filepath.Join(work, "policies-candidate")
+		if err := load.WriteShadowCandidate(candidate); err != nil {
+			return err
+		}
+		if err := start(load.NameWebhookShadow, func() (*load.Server, error) {
+			return load.StartWebhookShadow(load.NameWebhookShadow, webhookBin, filepath.Join(work, "qn-shadow-certs"), candidate)
 		}); err != nil {
 			return err
 		}
@@ -249,16 +263,16 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 		return out
 	}
 	variant := func(target string) string { return load.WithRuntime(target, o.gogcVariant) }
-	validateTargets := running(load.NameWebhook, load.NameWebhookExtra, load.NameWebhookRedis, load.NameOPA,
+	validateTargets := running(load.NameWebhook, load.NameWebhookShadow, load.NameWebhookExtra, load.NameWebhookRedis, load.NameOPA,
 		variant(load.NameWebhook), variant(load.NameWebhookRedis), variant(load.NameOPA), load.NameCeiling)
-	three := []string{load.NameWebhook, load.NameOPA, load.NameCeiling}
+	mutateTargets := running(load.NameWebhook, load.NameWebhookShadow, load.NameOPA, load.NameCeiling)
 	// The open loop adds the configuration the chart ships: Redis windows
 	// under the chart's runtime setting.
 	shipped := load.NameWebhookRedis
 	if o.gogcVariant != "" {
 		shipped = variant(load.NameWebhookRedis)
 	}
-	openTargets := running(load.NameWebhook, shipped, load.NameOPA, load.NameCeiling)
+	openTargets := running(load.NameWebhook, load.NameWebhookShadow, shipped, load.NameOPA, load.NameCeiling)
 	all := map[string]load.Scenario{
 		load.ScenarioClosedValidate: {
 			Name: load.ScenarioClosedValidate, Title: fmt.Sprintf("Closed loop, /validate, %d in flight", o.concurrency),
@@ -266,7 +280,7 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 		},
 		load.ScenarioClosedMutate: {
 			Name: load.ScenarioClosedMutate, Title: fmt.Sprintf("Closed loop, /mutate, %d in flight", o.concurrency), Mutating: true,
-			Load: load.Load{Concurrency: o.concurrency, Duration: o.slice}, Targets: three,
+			Load: load.Load{Concurrency: o.concurrency, Duration: o.slice}, Targets: mutateTargets,
 		},
 		load.ScenarioOpenValidate: {
 			Name: load.ScenarioOpenValidate, Title: fmt.Sprintf("Open loop, /validate, %.0f requests per second", o.rate),
