@@ -405,7 +405,14 @@ type Benchmark struct {
 	AllocsPerOp float64 // -1 when not reported
 }
 
-var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+[\d.]+ MB/s)?(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+// benchLine is a benchmark's result; B/op and allocs/op are read from the
+// rest of the line, where MB/s and a benchmark's own metrics (b.ReportMetric:
+// "12.8 %judged") may come before them.
+var (
+	benchLine   = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(.*)$`)
+	benchBytes  = regexp.MustCompile(`(?:^|\s)([\d.]+) B/op(?:\s|$)`)
+	benchAllocs = regexp.MustCompile(`(?:^|\s)([\d.]+) allocs/op(?:\s|$)`)
+)
 
 // ParseBenchmarks reads `go test -bench` output and returns the median of
 // each benchmark's runs, in the order first seen, and the notes: lines
@@ -443,12 +450,12 @@ func ParseBenchmarks(r io.Reader) ([]Benchmark, []string, error) {
 		}
 		ns, _ := strconv.ParseFloat(m[2], 64)
 		a.ns = append(a.ns, ns)
-		if m[3] != "" {
-			v, _ := strconv.ParseFloat(m[3], 64)
+		if b := benchBytes.FindStringSubmatch(m[3]); b != nil {
+			v, _ := strconv.ParseFloat(b[1], 64)
 			a.bytes = append(a.bytes, v)
 		}
-		if m[4] != "" {
-			v, _ := strconv.ParseFloat(m[4], 64)
+		if n := benchAllocs.FindStringSubmatch(m[3]); n != nil {
+			v, _ := strconv.ParseFloat(n[1], 64)
 			a.allocs = append(a.allocs, v)
 		}
 	}

@@ -64,6 +64,8 @@ pkg: github.com/quantumnode/qn-admission/policies/window
 BenchmarkTake-2   	 1000000	       172.5 ns/op
 pkg: github.com/quantumnode/qn-admission/test/load
 BenchmarkStageDecode/pod-create-5k-2   	   32000	     51400 ns/op	 102.96 MB/s	    6856 B/op	      42 allocs/op
+pkg: github.com/quantumnode/qn-admission/policies
+BenchmarkEngineValidateRealtimeShadowed-2             	   12972	    345333 ns/op	         7.589 %judged	   15775 B/op	     274 allocs/op
 ok  	github.com/quantumnode/qn-admission/policies/window	3.1s
 `
 	got, notes, err := ParseBenchmarks(strings.NewReader(out))
@@ -73,7 +75,7 @@ ok  	github.com/quantumnode/qn-admission/policies/window	3.1s
 	if len(notes) != 1 || notes[0] != "load average before ./webhook/: 4.90 4.70 3.70" {
 		t.Errorf("notes %q", notes)
 	}
-	if len(got) != 3 {
+	if len(got) != 4 {
 		t.Fatalf("got %d benchmarks: %+v", len(got), got)
 	}
 	v := got[0]
@@ -86,6 +88,9 @@ ok  	github.com/quantumnode/qn-admission/policies/window	3.1s
 	}
 	if x := got[2]; x.Name != "StageDecode/pod-create-5k" || x.BytesPerOp != 6856 || x.AllocsPerOp != 42 {
 		t.Errorf("a benchmark reporting MB/s lost its B/op or allocs/op: %+v", x)
+	}
+	if y := got[3]; y.Name != "EngineValidateRealtimeShadowed" || y.NsPerOp != 345333 || y.BytesPerOp != 15775 || y.AllocsPerOp != 274 {
+		t.Errorf("a benchmark reporting a metric of its own lost its B/op or allocs/op: %+v", y)
 	}
 }
 

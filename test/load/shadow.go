@@ -319,7 +319,7 @@ func (r RoundRatios) Verdict() string {
 // ShadowComparison is a shadowed qn-webhook's slices against the same
 // server without a shadow, measured in the same rounds.
 type ShadowComparison struct {
-	P50, P99, P999, CPUPerRequest RoundRatios
+	Throughput, P50, P99, P999, CPUPerRequest RoundRatios
 	// Shadow sums the shadowed server's counts over its slices.
 	Shadow ShadowCounts
 }
@@ -331,6 +331,7 @@ func CompareShadow(with, without []Slice) ShadowComparison {
 		return func(s Slice) float64 { return float64(s.Result.Percentile(p)) }
 	}
 	c := ShadowComparison{
+		Throughput:    newRoundRatios(roundRatios(with, without, func(s Slice) float64 { return s.Result.Throughput() })),
 		P50:           newRoundRatios(roundRatios(with, without, pct(50))),
 		P99:           newRoundRatios(roundRatios(with, without, pct(99))),
 		P999:          newRoundRatios(roundRatios(with, without, pct(99.9))),
@@ -353,10 +354,10 @@ func (c ShadowComparison) Markdown() string {
 		return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of))
 	}
 	sh := c.Shadow
-	return fmt.Sprintf("**With a shadow vs without** (%s ÷ %s, median of the per-round ratios, min–max over %d rounds): p50 %s, p99 %s, p99.9 %s, server CPU per request %s. "+
+	return fmt.Sprintf("**With a shadow vs without** (%s ÷ %s, median of the per-round ratios, min–max over %d rounds): throughput %s, p50 %s, p99 %s, p99.9 %s, server CPU per request %s. "+
 		"Served p99 with a shadow vs without: %s. "+
 		"The shadow judged %d of the %d requests answered (%s) and dropped %d (%s: its queue was full); it disagreed with the served answer on %d (%s of those judged).\n",
-		NameWebhookShadow, NameWebhook, c.P99.Rounds, c.P50, c.P99, c.P999, c.CPUPerRequest,
+		NameWebhookShadow, NameWebhook, c.P99.Rounds, c.Throughput, c.P50, c.P99, c.P999, c.CPUPerRequest,
 		c.P99.Verdict(),
 		sh.Judged, sh.Answered, share(sh.Judged, sh.Answered), sh.Dropped, share(sh.Dropped, sh.Answered), sh.Disagreed, share(sh.Disagreed, sh.Judged))
 }
