@@ -145,6 +145,9 @@ type side struct {
 	patched  bool
 	nodes    []dynamic.ResourceInterface
 	object   map[string]any
+	// server is the webhook server behind the configuration (nil for
+	// none), whose last output explains a failed create.
+	server *load.Server
 
 	latencies []time.Duration
 	// cpu is the CPU time of each process (by name) during its blocks.
@@ -169,12 +172,23 @@ func (s *side) create(b *testing.B, name string, i int) time.Duration {
 	stored, err := s.nodes[i%len(s.nodes)].Create(context.Background(), obj, metav1.CreateOptions{})
 	took := time.Since(start)
 	if err != nil {
-		b.Fatalf("%s: create %s: %v", s.name, name, err)
+		b.Fatalf("%s: create %s after %s: %v%s", s.name, name, took.Round(time.Millisecond), err, s.serverTail())
 	}
 	if got := stored.GetLabels()[managedByLabel]; (got == managedByValue) != s.patched {
 		b.Fatalf("%s: stored %s with %s=%q: qn-webhook's mutation must be there exactly when qn-webhook judges", s.name, name, managedByLabel, got)
 	}
 	return took
+}
+
+// serverTail is the end of the webhook server's output, for a failure's
+// message: qn-webhook's decision lines say which requests it answered and
+// how long each took.
+func (s *side) serverTail() string {
+	if s.server == nil {
+		return ""
+	}
+	logs := s.server.Logs()
+	return fmt.Sprintf("\n%s's last output:\n%s", s.name, logs[max(0, len(logs)-16<<10):])
 }
 
 // The label the bundled mutation (qn.mutate.managedby) adds.
@@ -315,8 +329,8 @@ func (r *rig) start(ctx context.Context) error {
 	}
 	r.sides = []*side{
 		{name: "none", ns: nsNone},
-		{name: "ceiling", ns: nsCeiling, webhooks: ceilingHooks},
-		{name: "qn-webhook", ns: nsQN, webhooks: qnHooks, patched: true},
+		{name: "ceiling", ns: nsCeiling, webhooks: ceilingHooks, server: r.ceiling},
+		{name: "qn-webhook", ns: nsQN, webhooks: qnHooks, patched: true, server: r.qn},
 	}
 	for _, s := range r.sides {
 		s.object = object
