@@ -168,7 +168,11 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 	var res rego.Result
 	var elapsed time.Duration
 	if p.Query != nil {
-		value, err := policyInputValue(p.Set, in, facts)
+		readable, err := in.readableBy(p.Set)
+		if err != nil {
+			return rego.Result{}, err
+		}
+		value, err := policyInputValue(p.Set, readable, facts)
 		if err != nil {
 			return rego.Result{}, err
 		}

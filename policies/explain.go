@@ -108,7 +108,12 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 		x.Rules = rego.MutationRules
 	}
 	if p.Query != nil {
-		value, err := inputValue(in, facts)
+		// An explanation shows the whole input the policies judged.
+		whole, err := in.whole()
+		if err != nil {
+			return nil, err
+		}
+		value, err := inputValue(whole, facts)
 		if err != nil {
 			return nil, err
 		}

@@ -35,7 +35,11 @@ type Input struct {
 	// patch) decodes them from the request's bytes.
 	ObjectValue    ast.Value
 	OldObjectValue ast.Value
-	Facts          Facts
+	// ObjectReads, when set, says ObjectValue and OldObjectValue were
+	// decoded in part: only what it reads is there. The engine decodes
+	// them again, whole, for a set that reads more (readableBy).
+	ObjectReads *ObjectReads
+	Facts       Facts
 }
 
 // goObjects fills Object and OldObject from the request's bytes where only

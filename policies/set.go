@@ -53,6 +53,8 @@ type Set struct {
 	patterns map[string][]*pattern.Policy
 	// fields is what of the input the set's policies may read.
 	fields *inputFields
+	// objectReads is what of the objects its decisions may read.
+	objectReads *ObjectReads
 }
 
 // Load reads a policy directory (roles.yaml, *.rego, data.json|yaml),
@@ -96,7 +98,7 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 		return nil, problems
 	}
 	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, patternFiles), Roles: roles, Compiled: compiled, patterns: patterns,
-		fields: newInputFields(compiled)}
+		fields: newInputFields(compiled), objectReads: objectReadsOf(compiled)}
 	problems = set.prepare(ctx, opts.EvalTimeout)
 	if !opts.SkipTests && len(problems) == 0 {
 		results, err := compiled.RunTests(ctx)

@@ -67,6 +67,14 @@ type Shadow struct {
 
 	judged, dropped, disagreed atomic.Int64
 	metrics                    shadowMetrics
+	// reads is what Shadowed.ObjectReads last answered, for the sets it
+	// answered for.
+	reads atomic.Pointer[shadowReads]
+}
+
+type shadowReads struct {
+	served, candidate *Set
+	reads             *ObjectReads
 }
 
 type shadowJob struct {
@@ -369,6 +377,23 @@ func (s Shadowed) Mutate(ctx context.Context, in *Input) Decision {
 	d := s.Served.Mutate(ctx, in)
 	s.Shadow.Submit(PathMutate, in, d)
 	return d
+}
+
+// ObjectReads is what either the served set or the candidate may read of
+// the objects: the webhook decodes a request once for both. Should the
+// candidate change before it judges the request, it decodes what more it
+// reads itself (Input.readableBy).
+func (s Shadowed) ObjectReads() *ObjectReads {
+	served, candidate := s.Served.Current(), s.Shadow.candidate.Current()
+	if r := s.Shadow.reads.Load(); r != nil && r.served == served && r.candidate == candidate {
+		return r.reads
+	}
+	r := &shadowReads{served: served, candidate: candidate, reads: s.Served.ObjectReads()}
+	if candidate != nil {
+		r.reads = UnionObjectReads(r.reads, candidate.objectReads)
+	}
+	s.Shadow.reads.Store(r)
+	return r.reads
 }
 
 // Current is the served set (the webhook labels metrics by its roles).

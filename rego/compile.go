@@ -151,6 +151,14 @@ func (c *Compiled) Packages() []string {
 // False means every policy's answer is the same without it.
 func (c *Compiled) MayReadInput(path ...string) bool { return c.reads.mayRead(path) }
 
+// InputReadsBelow lists what any policy of the set may read below path,
+// each relative to path: a policy reading input.request.object.spec.x
+// gives ["spec", "x"] below ["request", "object"], and one reading path
+// itself, or anything above it (the whole object passed to a function,
+// walk(input), a variable key), gives the empty path: everything. None
+// means nothing below path is read.
+func (c *Compiled) InputReadsBelow(path ...string) [][]string { return c.reads.below(path) }
+
 // Store exposes the data document, for the Rego test runner.
 func (c *Compiled) Store() storage.Store { return c.store }
 

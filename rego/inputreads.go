@@ -198,6 +198,17 @@ func (r *inputReads) mayRead(path []string) bool {
 	return false
 }
 
+// below is what the prefixes that meet path read below it (InputReadsBelow).
+func (r *inputReads) below(path []string) [][]string {
+	var out [][]string
+	for _, p := range r.prefixes {
+		if prefixesMeet(p, path) {
+			out = append(out, slices.Clone(p[min(len(p), len(path)):]))
+		}
+	}
+	return out
+}
+
 // prefixesMeet reports whether one path lies on the other's way: one is a
 // prefix of the other.
 func prefixesMeet(a, b []string) bool {

@@ -3,6 +3,8 @@ package rego
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -85,5 +87,44 @@ f(o) := o.spec
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("reads by line = %v, want %v", got, want)
+	}
+}
+
+func TestInputReadsBelow(t *testing.T) {
+	object := []string{"request", "object"}
+	cases := map[string]struct {
+		source string
+		want   string
+	}{
+		"paths below the object, relative to it": {
+			"package p\ndeny contains \"x\" if { input.request.object.metadata.labels.team == \"a\"; input.request.object.spec.hardware.arch }\n", "[[metadata labels team] [spec hardware arch]]"},
+		"object.get with a constant path": {
+			"package p\ndeny contains \"x\" if object.get(input.request.object, [\"spec\", \"a\"], 1) == 2\n", "[[spec a]]"},
+		"the whole object passed to a function reads everything": {
+			"package p\nf(o) := o.spec\ndeny contains \"x\" if f(input.request.object)\n", "[[]]"},
+		"json.marshal of the object reads everything": {
+			"package p\ndeny contains s if s := json.marshal(input.request.object)\n", "[[]]"},
+		"walk(input) reads everything": {
+			"package p\ndeny contains \"x\" if { walk(input, [p, v]); v == \"x\" }\n", "[[]]"},
+		"the whole request read reads the object whole": {
+			"package p\ndeny contains \"x\" if count(input.request) > 3\n", "[[]]"},
+		"a variable key stops the path": {
+			"package p\ndeny contains k if input.request.object.metadata[k]\n", "[[metadata]]"},
+		"a read of something else reads nothing below": {
+			"package p\ndeny contains \"x\" if input.context.user == \"a\"\n", "[]"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			compiled, err := Compile([]Module{{Path: "p.rego", Source: c.source}}, nil, CompileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := compiled.InputReadsBelow(object...)
+			slices.SortFunc(got, func(a, b []string) int { return strings.Compare(strings.Join(a, "."), strings.Join(b, ".")) })
+			got = slices.CompactFunc(got, slices.Equal)
+			if fmt.Sprint(got) != c.want {
+				t.Errorf("InputReadsBelow(request.object) = %v, want %s", got, c.want)
+			}
+		})
 	}
 }

@@ -48,7 +48,7 @@ func extractInput(req *admissionv1.AdmissionRequest, objs *decodedObjects, now t
 	var err error
 	if objs != nil {
 		// Decoded with the envelope (decodeReviewOnePass).
-		in.ObjectValue, in.OldObjectValue = objs.object, objs.oldObject
+		in.ObjectValue, in.OldObjectValue, in.ObjectReads = objs.object, objs.oldObject, objs.reads
 		if err = checkObjectKind("request.object", in.ObjectValue, req); err != nil {
 			return nil, err
 		}

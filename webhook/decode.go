@@ -20,6 +20,7 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"github.com/quantumnode/qn-admission/internal/clip"
+	"github.com/quantumnode/qn-admission/policies"
 )
 
 // DefaultMaxRequestElements caps the JSON elements (object members and array
@@ -90,15 +91,16 @@ func readReviewBody(r *http.Request, maxBytes int64) ([]byte, *requestError) {
 }
 
 // decodeBody applies the envelope rules to a body already read: the element
-// budget first (a scan that allocates nothing), then strict decoding.
-func decodeBody(body []byte, maxElements int) (*admissionv1.AdmissionReview, *decodedObjects, *requestError) {
+// budget first (a scan that allocates nothing), then strict decoding, the
+// objects' values holding what reads reads (nil: everything).
+func decodeBody(body []byte, maxElements int, reads *policies.ObjectReads) (*admissionv1.AdmissionReview, *decodedObjects, *requestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
 	}
 	if err := checkBudget(body, maxElements); err != nil {
 		return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
 	}
-	review, objs, ok := decodeReviewOnePass(body)
+	review, objs, ok := decodeReviewOnePass(body, reads)
 	if !ok {
 		// Anything the one-pass decoder does not take gets the strict
 		// decoder's answer, which names what is wrong.

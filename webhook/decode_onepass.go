@@ -9,12 +9,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/policies"
 )
 
 // decodedObjects are request.object and request.oldObject as Rego values,
-// read in the same pass as the envelope (nil when absent or null).
+// read in the same pass as the envelope (nil when absent or null), with
+// what was read of them (nil: whole).
 type decodedObjects struct {
 	object, oldObject ast.Value
+	reads             *policies.ObjectReads
 }
 
 // Paths whose bytes the one-pass decoder keeps as RawExtensions.
@@ -34,13 +37,16 @@ var (
 // that is not a JSON object): the caller then decodes the body the old way,
 // whose errors name the field. FuzzOnePassDecodingAgrees holds the two
 // equal.
-func decodeReviewOnePass(body []byte) (*admissionv1.AdmissionReview, *decodedObjects, bool) {
-	v, raw, err := astjson.DecodeCapturing(body, pathObject, pathOldObject, pathOptions)
+//
+// The objects' values hold only what reads reads (nil: everything); the
+// rest of them is checked as strictly but builds no value.
+func decodeReviewOnePass(body []byte, reads *policies.ObjectReads) (*admissionv1.AdmissionReview, *decodedObjects, bool) {
+	v, raw, err := astjson.DecodeProjected(body, reads.Review(), pathObject, pathOldObject, pathOptions)
 	if err != nil {
 		return nil, nil, false
 	}
 	rev := &admissionv1.AdmissionReview{}
-	objs := &decodedObjects{}
+	objs := &decodedObjects{reads: reads}
 	ok := eachMember(ast.NewTerm(v), func(key ast.String, val *ast.Term) (ok bool) {
 		switch key {
 		case "apiVersion":

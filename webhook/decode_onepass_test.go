@@ -1,10 +1,12 @@
 package webhook
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -12,6 +14,8 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/rego"
 )
 
 // strictReview is the decoding the one-pass decoder must equal:
@@ -22,13 +26,44 @@ func strictReview(body []byte) (*admissionv1.AdmissionReview, bool) {
 	return rev, err == nil && len(strictErrs) == 0
 }
 
+// projections are the object reads the one-pass decoder is checked
+// under: what the bundled policies read, and what the webhook itself does.
+var projections = sync.OnceValue(func() []*policies.ObjectReads {
+	set, err := policies.Load(context.Background(), rego.Bundled(), policies.LoadOptions{SkipTests: true})
+	if err != nil {
+		panic(err)
+	}
+	return []*policies.ObjectReads{policies.NewEngine(set, policies.EngineOptions{}).ObjectReads(), policies.ContextObjectReads}
+})
+
 // onePassAgrees checks that a body the one-pass decoder takes decodes to
 // the same review under strict decoding, and that its objects are the
-// values of their raw bytes. It reports whether the one-pass decoder took
-// the body.
+// values of their raw bytes; and that decoding the objects in part takes
+// and refuses the same bodies, to the same review and the same values for
+// what is read. It reports whether the one-pass decoder took the body.
 func onePassAgrees(t *testing.T, body []byte) bool {
 	t.Helper()
-	rev, objs, ok := decodeReviewOnePass(body)
+	rev, objs, ok := decodeReviewOnePass(body, nil)
+	for _, reads := range projections() {
+		inPart, partObjs, partOK := decodeReviewOnePass(body, reads)
+		if partOK != ok {
+			t.Fatalf("decoding the objects in part (%v) took the body: %v; whole: %v; %q", reads.Object, partOK, ok, body)
+		}
+		if !ok {
+			continue
+		}
+		if !reflect.DeepEqual(inPart, rev) {
+			t.Fatalf("in part %+v, whole %+v", inPart, rev)
+		}
+		for _, o := range []struct {
+			part, whole ast.Value
+			p           *astjson.Projection
+		}{{partObjs.object, objs.object, reads.Object}, {partObjs.oldObject, objs.oldObject, reads.OldObject}} {
+			if (o.part == nil) != (o.whole == nil) || (o.whole != nil && o.p.Apply(o.whole).Compare(o.part) != 0) {
+				t.Fatalf("object decoded in part (%v) is %v, whole %v", o.p, o.part, o.whole)
+			}
+		}
+	}
 	if !ok {
 		return false
 	}
@@ -90,19 +125,25 @@ func TestOnePassDecodingTakesWhatTheAPIServerSends(t *testing.T) {
 func TestOnePassDecodingLeavesTheRestToTheStrictDecoder(t *testing.T) {
 	base := reviewBody("CREATE", validObject)
 	for name, body := range map[string]string{
-		"an unknown field":              strings.Replace(base, `"name":"edge-1"`, `"name":"edge-1","nmae":"x"`, 1),
-		"a field in another case":       strings.Replace(base, `"namespace"`, `"Namespace"`, 1),
-		"a duplicate field":             strings.Replace(base, `"name":"edge-1"`, `"name":"edge-1","name":"edge-2"`, 1),
-		"a duplicate inside the object": strings.Replace(base, `"arch":"arm64"`, `"arch":"arm64","arch":"amd64"`, 1),
-		"a null name":                   strings.Replace(base, `"name":"edge-1"`, `"name":null`, 1),
-		"a number for a string":         strings.Replace(base, `"namespace":"edge"`, `"namespace":7`, 1),
-		"an object that is an array":    reviewBody("CREATE", `[1,2]`),
-		"a response beside the request": strings.Replace(base, `"request":`, `"response":{"uid":"x","allowed":true},"request":`, 1),
-		"groups that are not strings":   strings.Replace(base, `"groups":["edge-ops"]`, `"groups":["edge-ops",1]`, 1),
+		"an unknown field":                      strings.Replace(base, `"name":"edge-1"`, `"name":"edge-1","nmae":"x"`, 1),
+		"a field in another case":               strings.Replace(base, `"namespace"`, `"Namespace"`, 1),
+		"a duplicate field":                     strings.Replace(base, `"name":"edge-1"`, `"name":"edge-1","name":"edge-2"`, 1),
+		"a duplicate inside the object":         strings.Replace(base, `"arch":"arm64"`, `"arch":"arm64","arch":"amd64"`, 1),
+		"a duplicate in a part no policy reads": strings.Replace(base, `"namespace":"edge"},"spec"`, `"namespace":"edge","uid":"a","uid":"b"},"spec"`, 1),
+		"a null name":                           strings.Replace(base, `"name":"edge-1"`, `"name":null`, 1),
+		"a number for a string":                 strings.Replace(base, `"namespace":"edge"`, `"namespace":7`, 1),
+		"an object that is an array":            reviewBody("CREATE", `[1,2]`),
+		"a response beside the request":         strings.Replace(base, `"request":`, `"response":{"uid":"x","allowed":true},"request":`, 1),
+		"groups that are not strings":           strings.Replace(base, `"groups":["edge-ops"]`, `"groups":["edge-ops",1]`, 1),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, _, ok := decodeReviewOnePass([]byte(body)); ok {
+			if _, _, ok := decodeReviewOnePass([]byte(body), nil); ok {
 				t.Fatalf("one pass took %s", body)
+			}
+			for _, reads := range projections() {
+				if _, _, ok := decodeReviewOnePass([]byte(body), reads); ok {
+					t.Fatalf("one pass, the objects in part (%v), took %s", reads.Object, body)
+				}
 			}
 		})
 	}

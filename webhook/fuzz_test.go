@@ -58,7 +58,13 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 	engine := policies.NewEngine(set, policies.EngineOptions{})
 	now := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements)
+		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements, engine.ObjectReads())
+		// Decoding the objects in part (what the bundled policies read)
+		// accepts and refuses as decoding them whole does.
+		wholeRev, wholeObjs, wholeErr := decodeBody(body, DefaultMaxRequestElements, nil)
+		if !reflect.DeepEqual(reqErr, wholeErr) || !reflect.DeepEqual(rev, wholeRev) || (objs == nil) != (wholeObjs == nil) {
+			t.Fatalf("in part: %v, %+v, objects %v; whole: %v, %+v, objects %v", reqErr, rev, objs != nil, wholeErr, wholeRev, wholeObjs != nil)
+		}
 		if reqErr != nil {
 			if reqErr.status < 400 || reqErr.message == "" {
 				t.Fatalf("a refusal needs an error status and a message, got %d %q", reqErr.status, reqErr.message)
@@ -71,7 +77,8 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 		for _, path := range []policies.Path{policies.PathValidate, policies.PathMutate} {
 			answer, _, d := Answer(context.Background(), engine, rev.Request, path, now)
 			// The server's way, with the objects read in the envelope's
-			// pass when the one-pass decoder took the body, answers alike.
+			// pass when the one-pass decoder took the body, and only what
+			// the policies read of them, answers alike.
 			served, _, _ := answerDecoded(context.Background(), engine, rev.Request, objs, path, now)
 			if !reflect.DeepEqual(served.Response, answer.Response) {
 				t.Fatalf("objects decoded with the envelope: %+v; decoded apart: %+v", served.Response, answer.Response)

@@ -30,6 +30,21 @@ type Decider interface {
 	Mutate(ctx context.Context, in *policies.Input) policies.Decision
 }
 
+// objectReader is a Decider that says what it may read of a request's
+// objects as Rego values; the webhook decodes only that into values.
+type objectReader interface {
+	ObjectReads() *policies.ObjectReads
+}
+
+// objectReadsOf is what d may read of the objects: everything (nil) when
+// it does not say.
+func objectReadsOf(d Decider) *policies.ObjectReads {
+	if r, ok := d.(objectReader); ok {
+		return r.ObjectReads()
+	}
+	return nil
+}
+
 // HandlerOptions configure the admission HTTP handler.
 type HandlerOptions struct {
 	// MaxRequestBytes caps a request body (413 above). Default 7 MiB.
@@ -301,7 +316,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		}
 		defer release()
 		step := tr.step("decode")
-		rev, objs, reqErr := decodeBody(body, h.opts.MaxRequestElements)
+		rev, objs, reqErr := decodeBody(body, h.opts.MaxRequestElements, objectReadsOf(h.decider))
 		endStep(step)
 		if reqErr != nil {
 			refuse(reqErr)
@@ -347,7 +362,7 @@ func answerDecoded(ctx context.Context, d Decider, req *admissionv1.AdmissionReq
 // case-sensitive, duplicate keys refused, admission.k8s.io/v1 only, a
 // request with a uid required).
 func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
-	rev, _, reqErr := decodeBody(body, DefaultMaxRequestElements)
+	rev, _, reqErr := decodeBody(body, DefaultMaxRequestElements, nil)
 	if reqErr != nil {
 		return nil, reqErr
 	}

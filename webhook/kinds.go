@@ -27,6 +27,16 @@ func (b ByKind) Mutate(ctx context.Context, in *policies.Input) policies.Decisio
 	return b.pick(in).Mutate(ctx, in)
 }
 
+// ObjectReads is what any of the Deciders may read of the objects: the
+// kind is known only once the review is decoded.
+func (b ByKind) ObjectReads() *policies.ObjectReads {
+	reads := objectReadsOf(b.Default)
+	for _, d := range b.Kinds {
+		reads = policies.UnionObjectReads(reads, objectReadsOf(d))
+	}
+	return reads
+}
+
 func (b ByKind) pick(in *policies.Input) Decider {
 	if d, ok := b.Kinds[schema.GroupKind{Group: in.Facts.Kind.Group, Kind: in.Facts.Kind.Kind}]; ok {
 		return d

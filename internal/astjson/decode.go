@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -50,11 +51,11 @@ func (e *DuplicateError) Error() string {
 // repeated key gives a *DuplicateError once the whole value is read.
 func Decode(data []byte) (ast.Value, error) {
 	d := decoder{data: data}
-	return d.decode()
+	return d.decode(nil)
 }
 
-func (d *decoder) decode() (ast.Value, error) {
-	v, err := d.value()
+func (d *decoder) decode(p *Projection) (ast.Value, error) {
+	v, err := d.value(p)
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +88,9 @@ type decoder struct {
 	// in captured.
 	capture  [][]string
 	captured [][]byte
+	// names holds the keys of the objects being skipped, innermost last,
+	// to find a key repeated in an object no value is built for.
+	names []string
 }
 
 // DecodeCapturing is Decode that also returns the bytes of the values at
@@ -94,8 +98,15 @@ type decoder struct {
 // path is absent): a caller that needs a member both as a value and as
 // JSON reads the input once.
 func DecodeCapturing(data []byte, paths ...[]string) (ast.Value, [][]byte, error) {
+	return DecodeProjected(data, nil, paths...)
+}
+
+// DecodeProjected is DecodeCapturing that builds values only for what p
+// keeps (Projection): the rest is read and checked as Decode would, and
+// left out of the value.
+func DecodeProjected(data []byte, p *Projection, paths ...[]string) (ast.Value, [][]byte, error) {
 	d := decoder{data: data, capture: paths, captured: make([][]byte, len(paths))}
-	v, err := d.decode()
+	v, err := d.decode(p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -148,14 +159,14 @@ func (d *decoder) skipSpace() {
 	}
 }
 
-func (d *decoder) value() (ast.Value, error) {
+func (d *decoder) value(p *Projection) (ast.Value, error) {
 	d.skipSpace()
 	if d.pos >= len(d.data) {
 		return nil, d.syntaxError("looking for a value")
 	}
 	switch c := d.data[d.pos]; {
 	case c == '{':
-		return d.object()
+		return d.object(p)
 	case c == '[':
 		return d.array()
 	case c == '"':
@@ -185,7 +196,7 @@ func (d *decoder) literal(word string, v ast.Value) (ast.Value, error) {
 	return v, nil
 }
 
-func (d *decoder) object() (ast.Value, error) {
+func (d *decoder) object(p *Projection) (ast.Value, error) {
 	if len(d.path) >= MaxDepth {
 		return nil, errTooDeep
 	}
@@ -199,6 +210,7 @@ func (d *decoder) object() (ast.Value, error) {
 	// ast.NewObject allocates its entries as one block, Insert one by one.
 	start := len(d.items)
 	var seen map[string]struct{} // for large objects; small ones compare
+	left := false                // a member the projection leaves out
 	for {
 		d.skipSpace()
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
@@ -217,7 +229,12 @@ func (d *decoder) object() (ast.Value, error) {
 		d.path = append(d.path, segment{key: name, isKey: true})
 		d.skipSpace()
 		valueStart := d.pos
-		v, err := d.value()
+		var v ast.Value
+		if member, kept := p.Member(name); kept {
+			v, err = d.value(member)
+		} else {
+			err = d.skip()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -225,9 +242,15 @@ func (d *decoder) object() (ast.Value, error) {
 			d.captureMember(valueStart)
 		}
 		d.path = d.path[:len(d.path)-1]
-		if d.seenKey(start, &seen, name) {
+		switch {
+		case d.seenKey(start, &seen, name):
 			d.duplicates = append(d.duplicates, d.pathOf(name))
-		} else {
+		case v == nil:
+			// Left out, but its key is kept until the object ends, so a
+			// repeat of it is found as Decode finds one.
+			d.items = append(d.items, [2]*ast.Term{key, nil})
+			left = true
+		default:
 			d.items = append(d.items, [2]*ast.Term{key, d.term(v)})
 		}
 		d.skipSpace()
@@ -239,7 +262,11 @@ func (d *decoder) object() (ast.Value, error) {
 			d.pos++
 		case '}':
 			d.pos++
-			obj := ast.NewObject(d.items[start:]...)
+			members := d.items[start:]
+			if left {
+				members = slices.DeleteFunc(members, func(m [2]*ast.Term) bool { return m[1] == nil })
+			}
+			obj := ast.NewObject(members...)
 			clear(d.items[start:])
 			d.items = d.items[:start]
 			return obj, nil
@@ -288,7 +315,7 @@ func (d *decoder) array() (ast.Value, error) {
 	var terms []*ast.Term
 	for i := 0; ; i++ {
 		d.path = append(d.path, segment{index: i})
-		v, err := d.value()
+		v, err := d.value(nil)
 		if err != nil {
 			return nil, err
 		}
@@ -468,34 +495,10 @@ var errNumberRange = errors.New("is out of range of a 64-bit float")
 // (as int64 formatting would write them); any other goes through float64.
 func (d *decoder) number() (ast.Value, error) {
 	start := d.pos
-	if d.data[d.pos] == '-' {
-		d.pos++
+	lit, integer, err := d.numberLiteral()
+	if err != nil {
+		return nil, err
 	}
-	integer := true
-	if d.pos+1 < len(d.data) && d.data[d.pos] == '0' && isDigit(d.data[d.pos+1]) {
-		return nil, d.syntaxError("in a number (a leading zero)")
-	}
-	if !d.digits() {
-		return nil, d.syntaxError("in a number")
-	}
-	if d.pos < len(d.data) && d.data[d.pos] == '.' {
-		integer = false
-		d.pos++
-		if !d.digits() {
-			return nil, d.syntaxError("after a decimal point")
-		}
-	}
-	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
-		integer = false
-		d.pos++
-		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
-			d.pos++
-		}
-		if !d.digits() {
-			return nil, d.syntaxError("in an exponent")
-		}
-	}
-	lit := d.data[start:d.pos]
 	if integer {
 		if t := ast.InternedIntNumberTermFromString(string(lit)); t != nil {
 			return t.Value, nil
@@ -506,9 +509,47 @@ func (d *decoder) number() (ast.Value, error) {
 	}
 	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil {
-		return nil, fmt.Errorf("number %s at offset %d %w", lit, start, errNumberRange)
+		return nil, numberRangeError(lit, start)
 	}
 	return ast.Number(formatFloat(f)), nil
+}
+
+func numberRangeError(lit []byte, start int) error {
+	return fmt.Errorf("number %s at offset %d %w", lit, start, errNumberRange)
+}
+
+// numberLiteral reads a JSON number's syntax: its bytes, and whether it is
+// an integer (no fraction, no exponent).
+func (d *decoder) numberLiteral() (lit []byte, integer bool, err error) {
+	start := d.pos
+	if d.data[d.pos] == '-' {
+		d.pos++
+	}
+	integer = true
+	if d.pos+1 < len(d.data) && d.data[d.pos] == '0' && isDigit(d.data[d.pos+1]) {
+		return nil, false, d.syntaxError("in a number (a leading zero)")
+	}
+	if !d.digits() {
+		return nil, false, d.syntaxError("in a number")
+	}
+	if d.pos < len(d.data) && d.data[d.pos] == '.' {
+		integer = false
+		d.pos++
+		if !d.digits() {
+			return nil, false, d.syntaxError("after a decimal point")
+		}
+	}
+	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
+		integer = false
+		d.pos++
+		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
+			d.pos++
+		}
+		if !d.digits() {
+			return nil, false, d.syntaxError("in an exponent")
+		}
+	}
+	return d.data[start:d.pos], integer, nil
 }
 
 // ValueOf converts a decoded JSON document (maps, slices, strings, bools,

@@ -215,6 +215,19 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+		// What the bundled policies and the webhook read of the objects
+		// (policies.ObjectReads), the envelope whole.
+		object := Paths([]string{"apiVersion"}, []string{"kind"}, []string{"metadata", "labels"}, []string{"metadata", "annotations"}, []string{"spec"})
+		oldObject := Paths([]string{"apiVersion"}, []string{"kind"}, []string{"metadata", "labels"}, []string{"metadata", "annotations"}, []string{"spec", "hardware", "arch"})
+		review := Every(map[string]*Projection{"request": Every(map[string]*Projection{"object": object, "oldObject": oldObject})})
+		b.Run(name+"/one-pass-what-policies-read", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, _, err := DecodeProjected(data, review); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(name+"/maps-then-convert", func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {

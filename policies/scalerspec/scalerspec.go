@@ -38,6 +38,10 @@ var promQL = parser.NewParser(parser.Options{
 // Validator is the webhook's Decider for HorizontalQNScalers.
 type Validator struct{}
 
+// ObjectReads says it reads no object values: it decodes the request's
+// bytes itself.
+func (Validator) ObjectReads() *policies.ObjectReads { return policies.ContextObjectReads }
+
 // Validate admits a scaler whose new queries parse, and refuses one whose
 // queries do not with 422 and every parse error, each with its field.
 func (Validator) Validate(_ context.Context, in *policies.Input) policies.Decision {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,12 +18,10 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
-	"github.com/quantumnode/qn-admission/webhook"
 )
 
 // bundledFixtures are the fixture cases of the bundled policies.
@@ -68,18 +64,12 @@ var bundledSet = sync.OnceValues(func() (*policies.Set, error) {
 	return policies.Load(context.Background(), rego.Bundled(), policies.LoadOptions{EvalTimeout: time.Second})
 })
 
-// server is qn-webhook's HTTP handler over the bundled policies, at a
-// fixed time, with n changes already in every window.
+// server is qn-webhook's HTTP handler over the bundled policies, as the
+// chart wires it, at a fixed time, with n changes already in every window.
 func server(t *testing.T, now time.Time, n int) http.Handler {
 	t.Helper()
-	set, err := bundledSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clocktesting.NewFakePassiveClock(now)
-	store := &serverStore{mem: window.NewMemoryStore(clk, window.MemoryOptions{}), n: n}
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: store})
-	return webhook.NewHandler(engine, webhook.HandlerOptions{Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, _, _ := chartServer(t, now, n, false)
+	return h
 }
 
 func post(t *testing.T, h http.Handler, path string, body []byte) []byte {

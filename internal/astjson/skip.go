@@ -1,0 +1,195 @@
+package astjson
+
+import (
+	"strconv"
+	"unsafe"
+)
+
+// The skipping reader: what a projection leaves out is read here, byte
+// for byte as value reads it (the same syntax errors, nesting bound,
+// duplicate keys named by path, string and number checks, and captures),
+// but no value is built. FuzzProjectedDecodingAgrees holds the two equal.
+
+// skip reads one JSON value and builds nothing.
+func (d *decoder) skip() error {
+	d.skipSpace()
+	if d.pos >= len(d.data) {
+		return d.syntaxError("looking for a value")
+	}
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		return d.skipObject()
+	case c == '[':
+		return d.skipArray()
+	case c == '"':
+		return d.skipString()
+	case c == 't':
+		_, err := d.literal("true", nil)
+		return err
+	case c == 'f':
+		_, err := d.literal("false", nil)
+		return err
+	case c == 'n':
+		_, err := d.literal("null", nil)
+		return err
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.skipNumber()
+	default:
+		return d.syntaxError("looking for a value")
+	}
+}
+
+func (d *decoder) skipObject() error {
+	if len(d.path) >= MaxDepth {
+		return errTooDeep
+	}
+	d.pos++ // {
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == '}' {
+		d.pos++
+		return nil
+	}
+	start := len(d.names)
+	var seen map[string]struct{}
+	for {
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+			return d.syntaxError("looking for an object key")
+		}
+		name, err := d.skipKey()
+		if err != nil {
+			return err
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
+			return d.syntaxError("after an object key")
+		}
+		d.pos++
+		d.path = append(d.path, segment{key: name, isKey: true})
+		d.skipSpace()
+		valueStart := d.pos
+		if err := d.skip(); err != nil {
+			return err
+		}
+		if len(d.capture) > 0 {
+			d.captureMember(valueStart)
+		}
+		d.path = d.path[:len(d.path)-1]
+		if d.seenName(start, &seen, name) {
+			d.duplicates = append(d.duplicates, d.pathOf(name))
+		} else {
+			d.names = append(d.names, name)
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return d.syntaxError("in an object")
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+		case '}':
+			d.pos++
+			clear(d.names[start:])
+			d.names = d.names[:start]
+			return nil
+		default:
+			return d.syntaxError("after an object value")
+		}
+	}
+}
+
+// seenName is seenKey for the keys of an object being skipped.
+func (d *decoder) seenName(start int, seen *map[string]struct{}, name string) bool {
+	names := d.names[start:]
+	if *seen == nil && len(names) < 16 {
+		for _, n := range names {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]struct{}, 2*len(names))
+		for _, n := range names {
+			(*seen)[n] = struct{}{}
+		}
+	}
+	if _, dup := (*seen)[name]; dup {
+		return true
+	}
+	(*seen)[name] = struct{}{}
+	return false
+}
+
+// skipKey reads an object key. A plain one is returned as a view of the
+// input, which is not written while it is read; an escaped one is decoded
+// as string decodes it, since "a" and "\u0061" are the same key.
+func (d *decoder) skipKey() (string, error) {
+	if raw, ok := d.plainString(); ok {
+		if len(raw) == 0 {
+			return "", nil
+		}
+		return unsafe.String(&raw[0], len(raw)), nil
+	}
+	return d.string()
+}
+
+func (d *decoder) skipArray() error {
+	if len(d.path) >= MaxDepth {
+		return errTooDeep
+	}
+	d.pos++ // [
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == ']' {
+		d.pos++
+		return nil
+	}
+	for i := 0; ; i++ {
+		d.path = append(d.path, segment{index: i})
+		if err := d.skip(); err != nil {
+			return err
+		}
+		d.path = d.path[:len(d.path)-1]
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return d.syntaxError("in an array")
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+		case ']':
+			d.pos++
+			return nil
+		default:
+			return d.syntaxError("after an array element")
+		}
+	}
+}
+
+// skipString checks a string: a plain one needs no decoding, any other is
+// decoded by string, whose checks are encoding/json's.
+func (d *decoder) skipString() error {
+	if _, ok := d.plainString(); ok {
+		return nil
+	}
+	_, err := d.string()
+	return err
+}
+
+// skipNumber checks a number as number does: its syntax, and its range
+// unless it is an integer of at most 18 digits, which fits int64.
+func (d *decoder) skipNumber() error {
+	start := d.pos
+	lit, integer, err := d.numberLiteral()
+	if err != nil {
+		return err
+	}
+	if integer && len(lit) <= 18 {
+		return nil
+	}
+	if _, err := strconv.ParseFloat(string(lit), 64); err != nil {
+		return numberRangeError(lit, start)
+	}
+	return nil
+}

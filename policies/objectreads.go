@@ -1,0 +1,134 @@
+package policies
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/rego"
+)
+
+// ObjectReads is what of request.object and request.oldObject a decision
+// may read as Rego values: what the policies of a set may read
+// (rego.Compiled.InputReadsBelow), and what the webhook and the engine
+// read of every object themselves (ContextObjectReads). The webhook
+// decodes a review under it (internal/astjson.Projection): the members
+// nobody reads, often most of an object (its managed fields, status and
+// last-applied annotation), are checked as strictly as the rest but never
+// become values. A nil *ObjectReads reads the objects whole.
+type ObjectReads struct {
+	Object, OldObject *astjson.Projection
+	// review is the AdmissionReview body's projection: the envelope whole,
+	// the objects as above.
+	review *astjson.Projection
+}
+
+// contextObjectPaths are the members of each object read whatever the
+// policies: apiVersion and kind (the webhook holds the object to
+// request.kind), metadata.labels and metadata.annotations (input.context
+// labels and annotations, and the qn-role annotation of the object and
+// the stored object that picks the role).
+var contextObjectPaths = [][]string{{"apiVersion"}, {"kind"}, {"metadata", "labels"}, {"metadata", "annotations"}}
+
+// ContextObjectReads reads of the objects only what the webhook and the
+// engine read themselves: a Decider whose policies read no object values
+// (one that reads the raw bytes) declares it.
+var ContextObjectReads = newObjectReads(astjson.Paths(contextObjectPaths...), astjson.Paths(contextObjectPaths...))
+
+func newObjectReads(object, oldObject *astjson.Projection) *ObjectReads {
+	return &ObjectReads{Object: object, OldObject: oldObject,
+		review: astjson.Every(map[string]*astjson.Projection{"request": astjson.Every(map[string]*astjson.Projection{
+			"object": object, "oldObject": oldObject})})}
+}
+
+// objectReadsOf is what a compiled set's decisions may read of the objects.
+func objectReadsOf(c *rego.Compiled) *ObjectReads {
+	of := func(field string) *astjson.Projection {
+		return astjson.Paths(append(c.InputReadsBelow("request", field), contextObjectPaths...)...)
+	}
+	return newObjectReads(of("object"), of("oldObject"))
+}
+
+// Review is the projection an AdmissionReview body is decoded under; nil
+// (everything) for nil reads.
+func (r *ObjectReads) Review() *astjson.Projection {
+	if r == nil {
+		return nil
+	}
+	return r.review
+}
+
+// Covers reports whether objects decoded under r hold everything q reads.
+func (r *ObjectReads) Covers(q *ObjectReads) bool {
+	if r == nil || r == q {
+		return true
+	}
+	return q != nil && r.Object.Covers(q.Object) && r.OldObject.Covers(q.OldObject)
+}
+
+// UnionObjectReads reads what a or b reads: a or b itself when one covers
+// the other.
+func UnionObjectReads(a, b *ObjectReads) *ObjectReads {
+	switch {
+	case a.Covers(b):
+		return a
+	case b.Covers(a):
+		return b
+	}
+	return newObjectReads(astjson.Union(a.Object, b.Object), astjson.Union(a.OldObject, b.OldObject))
+}
+
+// ObjectReads is what the current set's decisions may read of the objects.
+func (e *Engine) ObjectReads() *ObjectReads {
+	if set := e.current.Load(); set != nil {
+		return set.objectReads
+	}
+	return nil
+}
+
+// readableBy is in with objects a decision of set can read: in itself
+// when they were decoded whole or under reads that cover the set's, and
+// otherwise a copy with the objects decoded again, whole, from the
+// request's bytes. That happens when the set changed between the decoding
+// and the decision (a reload that reads more), or for a set that judges
+// later (the shadow's candidate).
+func (in *Input) readableBy(set *Set) (*Input, error) {
+	var reads *ObjectReads
+	if set != nil {
+		reads = set.objectReads
+	}
+	if in.ObjectReads.Covers(reads) {
+		return in, nil
+	}
+	return in.whole()
+}
+
+// whole is in with its objects' values whole.
+func (in *Input) whole() (*Input, error) {
+	if in.ObjectReads == nil {
+		return in, nil
+	}
+	out := *in
+	out.ObjectReads = nil
+	var err error
+	if out.ObjectValue, err = wholeValue("request.object", in.ObjectValue, in.Request.Object.Raw); err != nil {
+		return nil, err
+	}
+	if out.OldObjectValue, err = wholeValue("request.oldObject", in.OldObjectValue, in.Request.OldObject.Raw); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func wholeValue(field string, projected ast.Value, raw []byte) (ast.Value, error) {
+	if projected == nil {
+		return nil, nil
+	}
+	v, err := astjson.Decode(bytes.TrimSpace(raw))
+	if err != nil {
+		return nil, fmt.Errorf("decode %s whole for policies: %w", field, err)
+	}
+	return v, nil
+}
