@@ -41,7 +41,11 @@ func diffPatch(decoded map[string]any, ops []rego.PatchOp) ([]byte, int, error) 
 			}
 		}
 	}
-	diff, err := applyAndDiff(scope.object, rel)
+	diff, direct := directPatch(scope.object, rel)
+	var err error
+	if !direct {
+		diff, err = applyAndDiff(scope.object, rel)
+	}
 	if err != nil {
 		// Name the operations as the policies wrote them, not as scoped.
 		opsJSON, _ := json.Marshal(ops)
@@ -133,18 +137,28 @@ func paddedIndexPast(doc map[string]any, pointer string, max uint64) (string, bo
 	// json-patch drops whatever precedes the first "/" ("0/a/1" walks a,
 	// then 1), so the walk does too.
 	parts := strings.Split(pointer, "/")[1:]
+	if slices.Contains(parts, "") {
+		// json-patch reads an empty segment as the object it is in, or
+		// creates it, or its walk skips it: wherever the walk goes,
+		// no number in the pointer may be past the bound.
+		return numberPast(parts, max)
+	}
 	var node any = doc
 	for k, seg := range parts {
 		switch n := node.(type) {
 		case map[string]any:
-			child, exists := n[unescapePointer(seg)]
-			if exists {
+			// json-patch takes a null member for a missing one and
+			// creates the path in its place.
+			if child := n[unescapePointer(seg)]; child != nil {
 				node = child
 				continue
 			}
 		case []any:
 			if idx, err := strconv.ParseUint(seg, 10, 64); err == nil && idx < uint64(len(n)) {
-				node = n[idx]
+				if node = n[idx]; node == nil {
+					// A null element, created over as a missing member is.
+					return numberPast(parts[k+1:], max)
+				}
 				continue
 			}
 			// Missing element: from here on the path is created.
@@ -152,8 +166,8 @@ func paddedIndexPast(doc map[string]any, pointer string, max uint64) (string, bo
 		default:
 			return "", true // a scalar: json-patch refuses the path itself
 		}
-		// A missing key: the rest of the path is created, arrays where a
-		// segment is a number.
+		// A missing (or null) member: the rest of the path is created,
+		// arrays where a segment is a number.
 		return numberPast(parts[k+1:], max)
 	}
 	return "", true

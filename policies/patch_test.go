@@ -275,6 +275,24 @@ func TestPatchMayNotPadArraysWithoutBound(t *testing.T) {
 			t.Errorf("%s: refused after %v", opsJSON, d)
 		}
 	}
+	// json-patch creates over a null as over a missing member, and pads
+	// there too.
+	// An empty segment is the object itself to json-patch, not the
+	// member "" the walk would find.
+	withNulls := decodeDoc(t, `{"metadata":{"x":null},"spec":{"list":[null]},"":{"new":{"999999":{}}}}`)
+	for _, opsJSON := range []string{
+		`[{"op":"add","path":"/metadata/x/999999/y","value":1}]`,
+		`[{"op":"add","path":"/spec/list/0/999999/y","value":1}]`,
+		`[{"op":"add","path":"//new/999999/y","value":1}]`,
+	} {
+		var ops []rego.PatchOp
+		if err := json.Unmarshal([]byte(opsJSON), &ops); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := diffPatch(withNulls, ops); err == nil || !strings.Contains(err.Error(), "would pad an array to index 999999") {
+			t.Errorf("%s under a null: got %v, want a refusal", opsJSON, err)
+		}
+	}
 	allowed := []string{
 		`[{"op":"add","path":"/metadata/labels/8080","value":"1"}]`,                          // a new key at the end is a key
 		`[{"op":"replace","path":"/metadata/labels/a~1b","value":"9"}]`,                      // existing
