@@ -159,12 +159,19 @@ func TestScopedPatchMatchesWholeDocument(t *testing.T) {
 
 var patchKeys = []string{"metadata", "labels", "a", "b", "a/b", "t~x", "-", "0", "1", "", "~1"}
 
-func randomValue(rng *rand.Rand, depth int, object bool) any {
+// jsonValues draws random JSON values: objects (keys from keys), arrays,
+// numbers from numbers, booleans, nulls and strings.
+type jsonValues struct {
+	keys    []string
+	numbers []any
+}
+
+func (g jsonValues) value(rng *rand.Rand, depth int, object bool) any {
 	kind := rng.IntN(7)
 	if object || (depth < 3 && kind == 0) {
 		m := map[string]any{}
 		for range rng.IntN(4) {
-			m[patchKeys[rng.IntN(len(patchKeys))]] = randomValue(rng, depth+1, false)
+			m[g.keys[rng.IntN(len(g.keys))]] = g.value(rng, depth+1, false)
 		}
 		return m
 	}
@@ -173,21 +180,24 @@ func randomValue(rng *rand.Rand, depth int, object bool) any {
 		if depth < 3 {
 			a := make([]any, rng.IntN(3))
 			for i := range a {
-				a[i] = randomValue(rng, depth+1, false)
+				a[i] = g.value(rng, depth+1, false)
 			}
 			return a
 		}
-		return "s"
-	case 2:
-		return float64(rng.IntN(5))
-	case 3:
-		return 1.5
+	case 2, 3:
+		return g.numbers[rng.IntN(len(g.numbers))]
 	case 4:
 		return rng.IntN(2) == 0
 	case 5:
 		return nil
 	}
-	return patchKeys[rng.IntN(len(patchKeys))]
+	return g.keys[rng.IntN(len(g.keys))]
+}
+
+var patchValues = jsonValues{keys: patchKeys, numbers: []any{0.0, 1.0, 2.0, 3.0, 4.0, 1.5}}
+
+func randomValue(rng *rand.Rand, depth int, object bool) any {
+	return patchValues.value(rng, depth, object)
 }
 
 func collectPointers(v any, at string, out *[]string) {

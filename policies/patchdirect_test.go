@@ -122,32 +122,10 @@ var directKeys = []string{"metadata", "labels", "a", "b", "a/b", "t~x", "~1", "~
 var directNumbers = []any{0.0, math.Copysign(0, -1), 1.0, 1.5, 1e21, 1e20, 123456789012345678.0, int64(1<<53 + 1), int64(-3), 3,
 	json.Number("1.0"), json.Number("1"), json.Number("1e21"), json.Number("1e+21"), json.Number("-0"), json.Number("12345678901234567890")}
 
+var directValues = jsonValues{keys: directKeys, numbers: directNumbers}
+
 func directValue(rng *rand.Rand, depth int, object bool) any {
-	kind := rng.IntN(8)
-	if object || (depth < 3 && kind == 0) {
-		m := map[string]any{}
-		for range rng.IntN(4) {
-			m[directKeys[rng.IntN(len(directKeys))]] = directValue(rng, depth+1, false)
-		}
-		return m
-	}
-	switch kind {
-	case 1:
-		if depth < 3 {
-			a := make([]any, rng.IntN(3))
-			for i := range a {
-				a[i] = directValue(rng, depth+1, false)
-			}
-			return a
-		}
-	case 2, 3:
-		return directNumbers[rng.IntN(len(directNumbers))]
-	case 4:
-		return rng.IntN(2) == 0
-	case 5:
-		return nil
-	}
-	return directKeys[rng.IntN(len(directKeys))]
+	return directValues.value(rng, depth, object)
 }
 
 // directDoc is a random object as the webhook holds it: decoded from JSON
