@@ -7,15 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/rego"
@@ -76,57 +72,5 @@ func TestDecisionLogLineCarriesEveryField(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(reg, "qn_admission_request_duration_seconds"); n != 2 {
 		t.Errorf("latency histograms for validate and mutate: got %d series", n)
-	}
-}
-
-// blockingWriter holds every Write until release is closed, as a stdout
-// whose reader has stalled would.
-type blockingWriter struct {
-	entered chan struct{}
-	release chan struct{}
-	once    sync.Once
-}
-
-func (w *blockingWriter) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.entered) })
-	<-w.release
-	return len(p), nil
-}
-
-// The answer leaves before the decision line is written: a stalled log
-// destination holds back the line, not the answer of the request whose
-// line it is (nor, with the decision log's grouped writes, anything until
-// 64 KiB of lines wait). A connection still waiting for its handler to
-// return reads no next request, so each request here comes on its own.
-func TestTheAnswerLeavesBeforeTheDecisionLine(t *testing.T) {
-	set, err := policies.Load(context.Background(), rego.Bundled(), policies.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stalled := &blockingWriter{entered: make(chan struct{}), release: make(chan struct{})}
-	h := NewHandler(policies.NewEngine(set, policies.EngineOptions{}), HandlerOptions{
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DecisionLog: slog.New(slog.NewJSONHandler(stalled, nil)),
-	})
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	defer close(stalled.release)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	for _, path := range []string{"/mutate", "/validate"} {
-		resp, err := client.Post(srv.URL+path, "application/json", strings.NewReader(reviewBody("CREATE", validObject)))
-		if err != nil {
-			t.Fatalf("%s with the decision log stalled: %v", path, err)
-		}
-		var rev admissionv1.AdmissionReview
-		err = json.NewDecoder(resp.Body).Decode(&rev)
-		resp.Body.Close()
-		if err != nil || rev.Response == nil || !rev.Response.Allowed || resp.ContentLength <= 0 {
-			t.Fatalf("%s: want the allowed answer with its length while the log is stalled, got %v %+v (Content-Length %d)", path, err, rev.Response, resp.ContentLength)
-		}
-	}
-	select {
-	case <-stalled.entered:
-	default:
-		t.Fatal("the decision line was never written")
 	}
 }

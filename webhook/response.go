@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -107,16 +106,8 @@ func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionRe
 		status = http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
-	// The answer leaves now, in the one write it would have taken when
-	// the handler returned: what runs after it (the decision line,
-	// metrics, a trace) neither delays it nor, should the log's
-	// destination stall, holds it back.
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
 }
 
 // writeRequestError answers a request we refused before any policy ran.
