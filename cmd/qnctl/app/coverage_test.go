@@ -26,14 +26,7 @@ func TestBundledFixturesCoverEveryRuleAndRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := fixtureFiles(bundledFixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := loadFixtures(files, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cases := bundledCases(t, time.Now())
 	fired := map[string]bool{}
 	roles := map[string]bool{}
 	for _, c := range cases {

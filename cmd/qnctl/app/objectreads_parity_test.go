@@ -81,14 +81,7 @@ var latencies = regexp.MustCompile(`"(latencyMs|time)":("[^"]*"|[0-9.e+-]+)`)
 // repository keeps, the answers, decision log lines and request metrics
 // are those of decoding the objects whole.
 func TestDecodingWhatThePoliciesReadAnswersAlike(t *testing.T) {
-	files, err := fixtureFiles(bundledFixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := loadFixtures(files, time.Now().UTC())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cases := bundledCases(t, time.Now().UTC())
 	type review struct {
 		name, webhook string
 		now           time.Time

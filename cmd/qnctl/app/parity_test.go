@@ -172,14 +172,7 @@ func flagsFor(t *testing.T, c *loadedCase) []string {
 // handler writes for the same review, whether qnctl is given the review or
 // the object and flags.
 func TestWebhookAndEvalGiveByteIdenticalDecisions(t *testing.T) {
-	files, err := fixtureFiles(bundledFixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := loadFixtures(files, time.Now().UTC())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cases := bundledCases(t, time.Now().UTC())
 	if len(cases) < 40 {
 		t.Fatalf("only %d bundled fixture cases", len(cases))
 	}
@@ -216,4 +209,19 @@ func TestWebhookAndEvalGiveByteIdenticalDecisions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bundledCases loads the bundled policies' fixture cases, their times
+// relative to now.
+func bundledCases(t *testing.T, now time.Time) []*loadedCase {
+	t.Helper()
+	files, err := fixtureFiles(bundledFixtures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := loadFixtures(files, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cases
 }

@@ -66,14 +66,7 @@ func paritySet(t *testing.T) *policies.Set {
 func parityReviews(t *testing.T, now time.Time) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
-	files, err := fixtureFiles(bundledFixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := loadFixtures(files, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cases := bundledCases(t, now)
 	for _, c := range cases {
 		b, err := c.Spec.reviewBytes()
 		if err != nil {
