@@ -21,7 +21,7 @@ const ShadowMessage = "shadow disagreement"
 
 // Defaults of ShadowOptions.
 const (
-	DefaultShadowQueue = 256
+	DefaultShadowQueue = 64
 	DefaultShadowCPU   = 0.25
 	// shadowQueueBytes bounds the request bytes waiting for the shadow:
 	// a queued request holds its decoded objects.
@@ -29,6 +29,16 @@ const (
 	// shadowMinRest is the shortest rest the shadow takes to keep to its
 	// CPU share, and the most it may run ahead of it.
 	shadowMinRest = 10 * time.Millisecond
+	// DefaultShadowBusyShare is the part of its CPU share the shadow may
+	// spend while served requests are in progress (ShadowOptions.Activity):
+	// when the server is never idle it still judges a sample, at a cost
+	// the served requests barely see.
+	DefaultShadowBusyShare = 0.1
+	// shadowPoll is the longest the worker sleeps, with requests queued
+	// and served ones in progress, before it looks again; shadowPressurePoll
+	// when none is in progress but tasks wait for a CPU.
+	shadowPoll         = 50 * time.Millisecond
+	shadowPressurePoll = 10 * time.Millisecond
 )
 
 // ShadowOptions configure a Shadow.
@@ -45,6 +55,20 @@ type ShadowOptions struct {
 	// DefaultShadowCPU): after a judgement that took d, it rests
 	// d*(1/CPU-1), so the served requests keep the rest.
 	CPU float64
+	// Activity, when set, counts the served requests in progress (the
+	// webhook handler begins and ends each): the shadow judges in the
+	// moments when none is, so a judgement never competes with a served
+	// request for a CPU, and while no such moment comes it judges at
+	// BusyCPU of a CPU (default CPU*DefaultShadowBusyShare). Without it,
+	// the shadow judges as soon as its share allows.
+	Activity *Activity
+	BusyCPU  float64
+	// CPUQuiet, when set with Activity, says no task has been waiting for a
+	// CPU of late (cpupressure.Monitor.Quiet): a moment with no served
+	// request in progress is idle only when the CPUs are too, so the
+	// shadow never takes a CPU that anything else waits for (the served
+	// requests' next steps, the garbage collector, the node's other work).
+	CPUQuiet func() bool
 	// Log receives one line per disagreement (the decision log).
 	Log *slog.Logger
 	// Registry, when set, receives the shadow's metrics.
@@ -100,6 +124,9 @@ func NewShadow(candidate *Engine, opts ShadowOptions) *Shadow {
 	}
 	if opts.CPU <= 0 || opts.CPU > 1 {
 		opts.CPU = DefaultShadowCPU
+	}
+	if opts.BusyCPU <= 0 || opts.BusyCPU > opts.CPU {
+		opts.BusyCPU = opts.CPU * DefaultShadowBusyShare
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -162,28 +189,114 @@ func (s *Shadow) Run(ctx context.Context) error {
 	// shadowMinRest, as a timer wakes late on a busy node; a sleep that
 	// overran pays for the judgements after it.
 	var rest time.Duration
+	// busyFrom is when the shadow may next judge while served requests
+	// are in progress: a judgement that took d in a busy moment moves it
+	// d*(1/BusyCPU-1) on.
+	busyFrom := time.Now()
+	wait := time.NewTimer(time.Hour)
+	defer wait.Stop()
 	for {
+		j, busy, ok := s.next(ctx, busyFrom, wait)
+		if !ok {
+			return nil
+		}
+		start := time.Now()
+		s.judge(ctx, &j)
+		took := time.Since(start)
+		if busy {
+			busyFrom = time.Now().Add(time.Duration(float64(took) * (1/s.opts.BusyCPU - 1)))
+		}
+		rest += time.Duration(float64(took) * (1/s.opts.CPU - 1))
+		if rest < shadowMinRest {
+			continue
+		}
+		slept := time.Now()
+		wait.Reset(rest)
 		select {
 		case <-ctx.Done():
 			return nil
-		case j := <-s.queue:
+		case <-wait.C:
+		}
+		rest = max(rest-time.Since(slept), -shadowMinRest)
+	}
+}
+
+// next waits for the next request to judge and a moment to judge it in:
+// one when no served request is in progress, or, after busyFrom, any. busy
+// says the moment was not idle. Without an Activity every moment is idle.
+func (s *Shadow) next(ctx context.Context, busyFrom time.Time, wait *time.Timer) (j shadowJob, busy, ok bool) {
+	a := s.opts.Activity
+	if a == nil {
+		select {
+		case <-ctx.Done():
+			return j, false, false
+		case j = <-s.queue:
 			s.queued.Add(-j.bytes)
-			start := time.Now()
-			s.judge(ctx, &j)
-			rest += time.Duration(float64(time.Since(start)) * (1/s.opts.CPU - 1))
-			if rest < shadowMinRest {
-				continue
-			}
-			slept := time.Now()
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(rest):
-			}
-			rest = max(rest-time.Since(slept), -shadowMinRest)
+			return j, false, true
+		}
+	}
+	for {
+		// Only this goroutine receives, so a queued request stays queued.
+		queued := len(s.queue) > 0
+		served := a.Idle()
+		cpuQuiet := !served || s.opts.CPUQuiet == nil || s.opts.CPUQuiet()
+		idle := served && cpuQuiet
+		if queued && (idle || !time.Now().Before(busyFrom)) {
+			j = <-s.queue
+			s.queued.Add(-j.bytes)
+			return j, !idle, true
+		}
+		// The handler signals each moment the served requests reach none;
+		// Submit does not wake the worker (it runs inside a served
+		// request), so with nothing queued the worker looks again after
+		// shadowPoll, and with something queued at busyFrom at the latest.
+		// While the CPUs are busy, the ends of requests do not wake it
+		// either: each wake-up costs CPU that others wait for.
+		d, idleSignal := shadowPoll, a.idle
+		if queued {
+			d = min(d, time.Until(busyFrom))
+		}
+		if !cpuQuiet {
+			d, idleSignal = min(d, shadowPressurePoll), nil
+		}
+		wait.Reset(d)
+		select {
+		case <-ctx.Done():
+			return j, false, false
+		case <-idleSignal:
+		case <-wait.C:
 		}
 	}
 }
+
+// Activity counts the requests being served, so that background work
+// which must not slow them (the shadow) can use the moments when there are
+// none. The webhook handler calls Begin and End around each request, from
+// its first byte read to its answer written.
+type Activity struct {
+	inProgress atomic.Int64
+	// idle holds a signal when the count last fell to zero.
+	idle chan struct{}
+}
+
+// NewActivity returns an Activity with no request in progress.
+func NewActivity() *Activity { return &Activity{idle: make(chan struct{}, 1)} }
+
+// Begin counts a request in.
+func (a *Activity) Begin() { a.inProgress.Add(1) }
+
+// End counts a request out, signalling when none is left.
+func (a *Activity) End() {
+	if a.inProgress.Add(-1) == 0 {
+		select {
+		case a.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Idle says no request is being served.
+func (a *Activity) Idle() bool { return a.inProgress.Load() == 0 }
 
 // judge answers one request with the candidate and compares.
 func (s *Shadow) judge(ctx context.Context, j *shadowJob) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -217,4 +218,43 @@ func TestShadowDropsWhatItCannotQueue(t *testing.T) {
 	}
 	r.run(t)
 	r.settle(t, 2)
+}
+
+func TestShadowJudgesInTheMomentsBetweenServedRequests(t *testing.T) {
+	r := newShadowRig(t, servedPolicy, candidatePolicy, 8)
+	activity := NewActivity()
+	r.shadow.opts.Activity = activity
+	// So small a share while busy that after one judgement the next would
+	// wait for hours: every later judgement needs an idle moment.
+	r.shadow.opts.BusyCPU = 1e-9
+	var cpuQuiet atomic.Bool
+	r.shadow.opts.CPUQuiet = cpuQuiet.Load
+	activity.Begin() // a served request in progress throughout
+	for i := range 3 {
+		r.shadowed.Validate(context.Background(), node{user: "u" + string(rune('a'+i))}.input())
+	}
+	r.run(t)
+	// With served requests never idle, the shadow still judges a sample.
+	r.settle(t, 1)
+	time.Sleep(300 * time.Millisecond)
+	if n := r.shadow.judged.Load(); n != 1 {
+		t.Fatalf("the shadow judged %d requests while a served one was in progress, want 1 (its busy share)", n)
+	}
+	activity.Begin()
+	activity.End()
+	if n := r.shadow.judged.Load(); n != 1 {
+		t.Fatalf("the shadow judged %d requests while a served one was still in progress, want 1", n)
+	}
+	// The last served request ends, but tasks wait for the CPUs: not idle.
+	activity.End()
+	time.Sleep(300 * time.Millisecond)
+	if n := r.shadow.judged.Load(); n != 1 {
+		t.Fatalf("the shadow judged %d requests while tasks waited for a CPU, want 1", n)
+	}
+	// The CPUs fall quiet: the queue is judged.
+	cpuQuiet.Store(true)
+	r.settle(t, 3)
+	if !activity.Idle() {
+		t.Fatal("the activity does not read idle after every request ended")
+	}
 }

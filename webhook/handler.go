@@ -86,6 +86,10 @@ type HandlerOptions struct {
 	// Answers, when set, counts answers and failed answers (the role's
 	// onError answered, or our own 5xx) for strict health's error ratio.
 	Answers *health.Answers
+	// Activity, when set, counts each request in progress, from before its
+	// body is read to its answer written: the shadow judges in the moments
+	// when none is (policies.ShadowOptions.Activity).
+	Activity *policies.Activity
 	// Tracer, when set, records a span tree per request (decode, role,
 	// window, policy evaluation with each package, encode), continuing the
 	// caller's W3C trace context. nil: no tracing, at no cost.
@@ -270,6 +274,10 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 	webhook := path.String()
 	return func(c *gin.Context) {
 		start := time.Now()
+		if a := h.opts.Activity; a != nil {
+			a.Begin()
+			defer a.End()
+		}
 		if m := h.opts.Metrics; m != nil {
 			g := m.inFlight.WithLabelValues(webhook)
 			g.Inc()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -326,5 +327,29 @@ func TestNumbersAreQuotedInTheirJSONForm(t *testing.T) {
 	}
 	if want := "spec.services[0].port 10000000 is out of range"; !strings.Contains(r.Result.Message, want) {
 		t.Fatalf("message %q does not say %q", r.Result.Message, want)
+	}
+}
+
+func TestEveryRequestCountsAsServedActivityUntilAnswered(t *testing.T) {
+	activity := policies.NewActivity()
+	var idleWhileJudged []bool
+	judge := func(context.Context, *policies.Input) policies.Decision {
+		idleWhileJudged = append(idleWhileJudged, activity.Idle())
+		return policies.Allow()
+	}
+	h := NewHandler(fakeDecider{validate: judge, mutate: judge}, HandlerOptions{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Activity: activity})
+	for _, path := range []string{"/validate", "/mutate"} {
+		if a := post(t, h, http.MethodPost, path, "application/json", reviewBody("CREATE", validObject)); !a.review.Response.Allowed {
+			t.Fatalf("%s: refused: %s", path, a.raw)
+		}
+	}
+	// A refused request (a malformed body) is counted and ended too.
+	post(t, h, http.MethodPost, "/validate", "application/json", "{")
+	if want := []bool{false, false}; !slices.Equal(idleWhileJudged, want) {
+		t.Fatalf("idle while the decider judged: %v, want %v", idleWhileJudged, want)
+	}
+	if !activity.Idle() {
+		t.Fatal("the activity does not read idle after every request was answered")
 	}
 }

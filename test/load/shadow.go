@@ -95,12 +95,12 @@ func replaceInFile(file string, pairs ...string) error {
 	return os.WriteFile(file, []byte(strings.NewReplacer(pairs...).Replace(string(data))), 0o644)
 }
 
-// StartWebhookShadow is StartWebhook with --shadow-policy-dir candidate
-// (the rest of the shadow's settings at their defaults). It returns once
+// StartWebhookShadow is StartWebhookWithEnv with --shadow-policy-dir
+// candidate (the rest of the shadow's settings at their defaults). It returns once
 // the candidate set has loaded, and its answers are checked to name the
 // served set's revision: never the candidate's.
-func StartWebhookShadow(name, bin, certDir, candidate string, extra ...string) (*Server, error) {
-	s, err := StartWebhook(name, bin, certDir, append([]string{"--shadow-policy-dir", candidate}, extra...)...)
+func StartWebhookShadow(name, bin, certDir, candidate string, env []string, extra ...string) (*Server, error) {
+	s, err := StartWebhookWithEnv(name, bin, certDir, env, append([]string{"--shadow-policy-dir", candidate}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

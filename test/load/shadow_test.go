@@ -90,7 +90,7 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	decisions := filepath.Join(dir, "decisions.jsonl")
-	srv, err := StartWebhookShadow(NameWebhookShadow, bin, filepath.Join(dir, "certs"), candidate, "--decision-log", decisions)
+	srv, err := StartWebhookShadow(NameWebhookShadow, bin, filepath.Join(dir, "certs"), candidate, nil, "--decision-log", decisions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 			calls = append(calls, Call{Fixture: f, Mutating: c.mutating})
 		}
 	}
-	const rounds, bursts = 12, 5
+	const rounds, bursts = 3, 20
 	perBurst := rounds * len(calls)
 	if perBurst >= policies.DefaultShadowQueue {
 		t.Fatalf("a burst of %d requests could fill the shadow's queue of %d", perBurst, policies.DefaultShadowQueue)

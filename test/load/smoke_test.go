@@ -59,7 +59,7 @@ func TestSmoke(t *testing.T) {
 	if err := WriteShadowCandidate(candidate); err != nil {
 		t.Fatal(err)
 	}
-	s, err = StartWebhookShadow(NameWebhookShadow, webhookBin, filepath.Join(dir, "qn-shadow-certs"), candidate)
+	s, err = StartWebhookShadow(NameWebhookShadow, webhookBin, filepath.Join(dir, "qn-shadow-certs"), candidate, nil)
 	start(NameWebhookShadow, s, err)
 	s, err = StartCeiling(ceilingBin, filepath.Join(dir, "ceiling-certs"))
 	start(NameCeiling, s, err)

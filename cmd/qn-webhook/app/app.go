@@ -35,6 +35,7 @@ import (
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/internal/batchwrite"
+	"github.com/quantumnode/qn-admission/internal/cpupressure"
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
@@ -59,6 +60,9 @@ type Program struct {
 	// Shadow judges every request again with --shadow-policy-dir's set,
 	// off the response path; nil without one.
 	Shadow *policies.Shadow
+	// servedActivity counts the requests the handler is serving, so the
+	// shadow judges in the moments between them; nil without a shadow.
+	servedActivity *policies.Activity
 	// DecisionLog receives one line per decision (and per shadow
 	// disagreement).
 	DecisionLog *slog.Logger
@@ -256,8 +260,19 @@ func (p *Program) buildShadow(ctx context.Context) error {
 	}
 	logger := p.Logger.With("policies", "shadow")
 	candidate := policies.NewEngine(nil, policies.EngineOptions{Windows: p.Windows})
+	p.servedActivity = policies.NewActivity()
+	// The shadow judges when no request is being served and no task waits
+	// for a CPU; without pressure information, on the first alone.
+	var cpuQuiet func() bool
+	if pressure, err := cpupressure.Open(); err != nil {
+		logger.Info("no CPU pressure information: the shadow judges whenever no request is being served", "error", err.Error())
+	} else {
+		cpuQuiet = pressure.Quiet
+		logger.Info("the shadow judges while no request is being served and no task waits for a CPU", "pressure", pressure.Path())
+	}
 	p.Shadow = policies.NewShadow(candidate, policies.ShadowOptions{
 		Served: p.Engine, Windows: p.Windows, Queue: o.ShadowQueue, CPU: o.ShadowCPU,
+		Activity: p.servedActivity, CPUQuiet: cpuQuiet,
 		Log: p.DecisionLog, Registry: p.Registry,
 	})
 	var source atomic.Pointer[policies.Source]
@@ -332,6 +347,7 @@ func (p *Program) buildHandler(context.Context) error {
 		Metrics:                 webhook.NewMetrics(p.Registry),
 		Answers:                 p.Answers,
 		Tracer:                  p.Tracer,
+		Activity:                p.servedActivity,
 	})
 	return nil
 }

@@ -64,7 +64,7 @@ func main() {
 	flag.BoolVar(&o.shadow, "shadow", true, "Also measure qn-webhook with a candidate policy set in --shadow-policy-dir (at the default --shadow-cpu), in the same rounds as qn-webhook without one: served latency and CPU with and without a shadow, and what share of the requests the shadow judged and dropped.")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
 	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
-	flag.StringVar(&o.profileTarget, "profile-target", "shipped", "What --cpuprofile profiles: shipped (Redis windows on a redis-server of its own, with the --runtime-variant setting, as the chart runs it) or memory (in-process windows, the same runtime setting).")
+	flag.StringVar(&o.profileTarget, "profile-target", "shipped", "What --cpuprofile profiles: shipped (Redis windows on a redis-server of its own, with the --runtime-variant setting, as the chart runs it) memory (in-process windows, the same runtime setting) or shadow (memory, with the load suite's candidate set in --shadow-policy-dir).")
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "With --cpuprofile: skip the comparison, only profile.")
 	flag.Parse()
 
@@ -161,7 +161,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		if err := start(load.NameWebhookShadow, func() (*load.Server, error) {
-			return load.StartWebhookShadow(load.NameWebhookShadow, webhookBin, filepath.Join(work, "qn-shadow-certs"), candidate)
+			return load.StartWebhookShadow(load.NameWebhookShadow, webhookBin, filepath.Join(work, "qn-shadow-certs"), candidate, nil)
 		}); err != nil {
 			return err
 		}
@@ -329,8 +329,14 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 		srv, err = load.StartWebhookWithEnv(load.NameWebhook, bin, filepath.Join(work, "qnprof-certs"), env)
 	case "shipped":
 		srv, err = load.StartWebhookWithRedis(load.NameWebhookRedis, bin, filepath.Join(work, "qnprof-certs"), env)
+	case "shadow":
+		candidate := filepath.Join(work, "qnprof-shadow-policies")
+		if err := load.WriteShadowCandidate(candidate); err != nil {
+			return err
+		}
+		srv, err = load.StartWebhookShadow(load.NameWebhookShadow, bin, filepath.Join(work, "qnprof-certs"), candidate, env)
 	default:
-		return fmt.Errorf("--profile-target: %q is neither shipped nor memory", o.profileTarget)
+		return fmt.Errorf("--profile-target: %q is none of shipped, memory and shadow", o.profileTarget)
 	}
 	if err != nil {
 		return err
