@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/internal/words"
 )
 
 // Reasons of the Healthy condition. Part of the API: alerts match on them.
@@ -387,7 +388,7 @@ func assess(in Input) assessment {
 				state = qnv1alpha1.HealthFailed
 			}
 			consider(state, ReasonProbeFailing, fmt.Sprintf("port %s:%d on %s failed %s in a row (%s); Failed after more than %d",
-				port.Name, port.Port, port.ProbeTarget, plural(port.ProbeFailures, "check"), port.ProbeError, p.MaxFailures))
+				port.Name, port.Port, port.ProbeTarget, words.Count(port.ProbeFailures, "check"), port.ProbeError, p.MaxFailures))
 		}
 	}
 	if e := s.Endpoints; e != nil {
@@ -422,13 +423,6 @@ func healthyMessage(in Input) string {
 // durations, so that a message does not change, and cause a status write,
 // on every reconcile.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
 
 // earliest is the smaller positive of two waits (0 means none).
 func earliest(a, b time.Duration) time.Duration {

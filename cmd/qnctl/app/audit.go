@@ -195,7 +195,11 @@ func writeAuditSummary(w io.Writer, p *policySet, nodes []auditedNode, others in
 	fmt.Fprintf(w, "%d QuantumNodes judged with policies %s (revision %s): %d compliant, %d non-compliant, %d exempt\n",
 		len(nodes), p.Source, p.Set.Revision, compliant, bad, exempt)
 	if others > 0 {
-		fmt.Fprintf(w, "%d objects that are not QuantumNodes were left out\n", others)
+		if others == 1 {
+			fmt.Fprintln(w, "1 object that is not a QuantumNode was left out")
+		} else {
+			fmt.Fprintf(w, "%d objects that are not QuantumNodes were left out\n", others)
+		}
 	}
 	skips := policies.AuditSkips(context.Background(), p.Set)
 	for _, rule := range slices.Sorted(func(yield func(string) bool) {

@@ -31,7 +31,7 @@ func TestAudit(t *testing.T) {
 			},
 			stderr: []string{
 				"4 QuantumNodes judged with policies testdata/policies (revision sha256:", "2 compliant, 2 non-compliant, 0 exempt",
-				"1 objects that are not QuantumNodes were left out",
+				"1 object that is not a QuantumNode was left out",
 				// The strict role's owner rule reads the requester: n3 is
 				// not failed for want of one, and the rule is named.
 				"skipped demo.strict.deny at strict.rego:3: reads input.context.user, which only an admission request has",

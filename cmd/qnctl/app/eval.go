@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/internal/words"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -328,7 +329,7 @@ func writeEvals(w io.Writer, p *policySet, outs []*outcome, o *evalOptions) erro
 			denied++
 		}
 	}
-	_, err := fmt.Fprintf(w, "\n%d objects: %d admitted, %d denied\n", len(outs), len(outs)-denied, denied)
+	_, err := fmt.Fprintf(w, "\n%s: %d admitted, %d denied\n", words.Count(len(outs), "object"), len(outs)-denied, denied)
 	return err
 }
 

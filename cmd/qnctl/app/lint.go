@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quantumnode/qn-admission/internal/problem"
+	"github.com/quantumnode/qn-admission/internal/words"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
@@ -256,8 +257,9 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source, s
 	for _, p := range policies.TestProblems(results) {
 		r.add(lintError(p))
 	}
-	r.Checked = fmt.Sprintf("%d roles, %d Rego files, %d Rego tests, %d pattern policies (%d listed by a role)%s",
-		len(set.Roles.Roles), len(set.Compiled.Modules()), len(results), patterns, listedPatterns, typeChecked)
+	r.Checked = fmt.Sprintf("%s, %s, %s, %s (%d listed by a role)%s",
+		words.Count(len(set.Roles.Roles), "role"), words.Count(len(set.Compiled.Modules()), "Rego file"), words.Count(len(results), "Rego test"),
+		words.Count(patterns, "pattern policy", "pattern policies"), listedPatterns, typeChecked)
 }
 
 // decisionRules are the rules whose results make a decision.
@@ -421,9 +423,9 @@ func writeLintText(w io.Writer, r *lintReport) error {
 	warnings := len(r.Problems) - errs
 	switch {
 	case errs > 0:
-		tw.line(fmt.Sprintf("%s: %d errors, %d warnings", r.Policies, errs, warnings))
+		tw.line(fmt.Sprintf("%s: %s, %s", r.Policies, words.Count(errs, "error"), words.Count(warnings, "warning")))
 	case warnings > 0:
-		tw.line(fmt.Sprintf("%s: ok with %d warnings (%s)", r.Policies, warnings, r.Checked))
+		tw.line(fmt.Sprintf("%s: ok with %s (%s)", r.Policies, words.Count(warnings, "warning"), r.Checked))
 	default:
 		tw.line(fmt.Sprintf("%s: ok (%s)", r.Policies, r.Checked))
 	}

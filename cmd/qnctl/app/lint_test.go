@@ -16,7 +16,7 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\nimport rego.v1\n\ndeny contains \"never\" if input.request.object.spec.nodeName\n"},
 			wantCode: exitOK,
 			want: []string{`unlisted.rego:5: warning: package "demo.unlisted" has a deny rule but no role in roles.yaml lists it, so it never runs`,
-				"hint: add demo.unlisted to the packages of the roles it should judge", "ok with 1 warnings"},
+				"hint: add demo.unlisted to the packages of the roles it should judge", "ok with 1 warning"},
 		},
 		"--strict fails on that warning": {
 			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\ndeny contains \"never\" if input.request.object.spec.nodeName\n"},

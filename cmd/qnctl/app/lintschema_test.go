@@ -34,7 +34,7 @@ func TestLintTypeChecksPoliciesAgainstTheInputSchema(t *testing.T) {
 			want: []string{
 				"typo.rego:5:8: warning: undefined ref: input.request.object.spec.servcies; input.request.object.spec has: hardware, nodeName, progressDeadlineSeconds, revisionHistoryLimit, services",
 				"hint: fix the path or the type (qnctl lint --print-schema shows the input's schema)",
-				"ok with 1 warnings", "input type-checked against QuantumNode qn.dev/v1alpha1",
+				"ok with 1 warning", "input type-checked against QuantumNode qn.dev/v1alpha1",
 			},
 		},
 		"--strict fails on it": {
