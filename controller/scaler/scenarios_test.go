@@ -141,10 +141,13 @@ func TestBelowLowerScalesDownOnlyAfterTheStabilizationWindow(t *testing.T) {
 	if waited := scaled.Sub(since); waited < window-time.Second {
 		t.Errorf("scaled down %s after the value went below lower, before the %s window", waited, window)
 	}
-	sc := s.get("web")
-	if d := sc.Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionScaleDown || !strings.Contains(d.Reason, "value 2 < lower 5 for ") || !strings.HasSuffix(d.Reason, "-1 replica (4 → 3)") {
-		t.Errorf("lastDecision = %+v", d)
-	}
+	// The scale is written before the status that records it.
+	testharness.WaitFor(t, 10*time.Second, "the scale-down recorded as the last decision", func() error {
+		if d := s.get("web").Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionScaleDown || !strings.Contains(d.Reason, "value 2 < lower 5 for ") || !strings.HasSuffix(d.Reason, "-1 replica (4 → 3)") {
+			return fmt.Errorf("lastDecision = %+v", d)
+		}
+		return nil
+	})
 	testharness.WaitFor(t, 10*time.Second, "a ScaledDown event", func() error {
 		ev := s.events("web")
 		if !slices.ContainsFunc(ev, func(e string) bool {
@@ -348,10 +351,13 @@ func TestAStagedScaleUpWhoseConditionFailsReturnsToThePreviousReplicas(t *testin
 	s.waitForCondition("web", qnv1alpha1.ScalerScalingActive, metav1.ConditionTrue, qnv1alpha1.ScalerReasonValidMetricFound, 10*time.Second)
 	s.setQueue(30)
 	s.waitForReplicas("web", 6, 10*time.Second)
-	sc := s.get("web")
-	if st := sc.Status.Stage; st == nil || st.Index != 1 || st.Count != 2 || st.BaseReplicas != 2 || st.TargetReplicas != 10 || st.Replicas != 6 {
-		t.Fatalf("stage = %+v, want stage 1 of 2 at 6 on the way from 2 to 10", st)
-	}
+	// The scale is written before the status that records it.
+	testharness.WaitFor(t, 10*time.Second, "stage 1 of 2 recorded", func() error {
+		if st := s.get("web").Status.Stage; st == nil || st.Index != 1 || st.Count != 2 || st.BaseReplicas != 2 || st.TargetReplicas != 10 || st.Replicas != 6 {
+			return fmt.Errorf("stage = %+v, want stage 1 of 2 at 6 on the way from 2 to 10", st)
+		}
+		return nil
+	})
 	time.Sleep(3 * time.Second) // observed, conditions passing
 	if d, _, _ := s.replicas("web"); d != 6 {
 		t.Fatalf("%d replicas while stage 1 is observed and passing, want 6", d)
@@ -359,14 +365,17 @@ func TestAStagedScaleUpWhoseConditionFailsReturnsToThePreviousReplicas(t *testin
 
 	s.setErrorRatio(0.02)
 	s.waitForReplicas("web", 2, 10*time.Second)
-	sc = s.get("web")
-	if sc.Status.Stage != nil {
-		t.Errorf("stage = %+v after the abort, want none", sc.Status.Stage)
-	}
 	want := "stage 1 of 2 aborted: error-ratio 0.02 > 0.005; back to the 2 replicas before the scale-up (6 → 2)"
-	if d := sc.Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionStageAbort || d.Reason != want {
-		t.Errorf("lastDecision = %+v, want %q", d, want)
-	}
+	testharness.WaitFor(t, 10*time.Second, "the abort recorded", func() error {
+		sc := s.get("web")
+		if sc.Status.Stage != nil {
+			return fmt.Errorf("stage = %+v after the abort, want none", sc.Status.Stage)
+		}
+		if d := sc.Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionStageAbort || d.Reason != want {
+			return fmt.Errorf("lastDecision = %+v, want %q", d, want)
+		}
+		return nil
+	})
 	testharness.WaitFor(t, 10*time.Second, "a StageAborted event", func() error {
 		if ev := s.events("web"); !slices.Contains(ev, "StageAborted: "+want) {
 			return fmt.Errorf("events %q", ev)
