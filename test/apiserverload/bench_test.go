@@ -21,6 +21,7 @@ package apiserverload
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -78,7 +79,15 @@ func BenchmarkWebhookCostThroughTheAPIServer(b *testing.B) {
 	runs++
 	ctx := context.Background()
 	if profile := os.Getenv(profileEnv); profile != "" && b.N > 1 {
-		done := r.profileWebhook(b, fmt.Sprintf("%s.%d", profile, runs))
+		done := r.profileWebhook(b, "profile?seconds=30", fmt.Sprintf("%s.%d", profile, runs))
+		defer func() { <-done }()
+	}
+	if trace := os.Getenv(traceEnv); trace != "" && b.N > 1 {
+		done := r.profileWebhook(b, "trace?seconds=5", fmt.Sprintf("%s.%d", trace, runs))
+		defer func() { <-done }()
+	}
+	if profile := os.Getenv(apiserverProfileEnv); profile != "" && b.N > 1 {
+		done := r.profileAPIServer(b, fmt.Sprintf("%s.%d", profile, runs))
 		defer func() { <-done }()
 	}
 	machineBefore, _ := harness.ReadMachineCPU()
@@ -89,6 +98,10 @@ func BenchmarkWebhookCostThroughTheAPIServer(b *testing.B) {
 	}
 	for _, s := range r.sides {
 		s.reset()
+	}
+	handledBefore, err := r.handlerSeconds(ctx)
+	if err != nil {
+		b.Fatal(err)
 	}
 	const block = 25
 	b.ResetTimer()
@@ -116,6 +129,16 @@ func BenchmarkWebhookCostThroughTheAPIServer(b *testing.B) {
 				s.callTime[key] += c.seconds - calls[key].seconds
 			}
 			calls = now
+			handled, err := r.handlerSeconds(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for webhook, sec := range handled {
+				if strings.HasPrefix(webhook, s.name+" ") {
+					s.handlerTime[strings.TrimPrefix(webhook, s.name+" ")] += sec - handledBefore[webhook]
+				}
+			}
+			handledBefore = handled
 			b.StartTimer()
 		}
 	}
@@ -155,12 +178,18 @@ type side struct {
 	// callTime is the time the API server spent in each of its webhooks'
 	// calls (by webhookKey).
 	callTime map[string]float64
+	// handlerTime is the time qn-webhook's handler spent on its calls, as
+	// its own request duration metric counts it (by webhook: validate,
+	// mutate), from the request's headers read to the answer written and
+	// the decision logged.
+	handlerTime map[string]float64
 }
 
 func (s *side) reset() {
 	s.latencies = s.latencies[:0]
 	s.cpu = map[string]time.Duration{}
 	s.callTime = map[string]float64{}
+	s.handlerTime = map[string]float64{}
 }
 
 // create stores one QuantumNode named name as requester i, checks that it
@@ -206,6 +235,8 @@ type rig struct {
 	qn      *load.Server
 	// qnProbe is qn-webhook's probe address (its /debug/pprof).
 	qnProbe string
+	// ceilingClient reads the ceiling's /handled.
+	ceilingClient *http.Client
 	// pids are the processes whose CPU time is counted, by name.
 	pids  map[string]int
 	sides []*side
@@ -299,10 +330,11 @@ func (r *rig) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if os.Getenv(profileEnv) != "" {
+	if os.Getenv(profileEnv) != "" || os.Getenv(traceEnv) != "" {
 		args = append(args, "--pprof")
 	}
 	args = append(args, strings.Fields(os.Getenv(extraArgsEnv))...)
+	env = append(env, strings.Fields(os.Getenv(extraEnvEnv))...)
 	qnCerts, ceilingCerts := filepath.Join(r.dir, "qn-certs"), filepath.Join(r.dir, "ceiling-certs")
 	if r.qn, err = load.StartWebhookWithRedis("qn-webhook", qnBin, qnCerts, env, args...); err != nil {
 		return err
@@ -311,9 +343,10 @@ func (r *rig) start(ctx context.Context) error {
 	// Read now: the decision log soon pushes the line out of what is kept.
 	r.qnProbe = r.qn.LogField(harness.ServingMessage, "probeAddress")
 	r.pids["redis-server"] = r.qn.HelperPIDs[0]
-	if r.ceiling, err = load.StartCeiling(ceilingBin, ceilingCerts); err != nil {
+	if r.ceiling, err = load.StartCeiling(ceilingBin, ceilingCerts, strings.Fields(os.Getenv(ceilingArgsEnv))...); err != nil {
 		return err
 	}
+	r.ceilingClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.ceiling.RootCAs, MinVersion: tls.VersionTLS12}}}
 	r.pids["ceiling"] = r.ceiling.PID
 	ceilingHooks, err := register(ctx, r.cluster, ceilingRelease, "qn-bench-ceiling", "ceiling.", r.ceiling, ceilingCerts)
 	if err != nil {
@@ -661,6 +694,71 @@ func (r *rig) webhookCalls(ctx context.Context) (map[string]webhookCall, error) 
 	return out, nil
 }
 
+// handlerSeries is qn-webhook's own time per webhook.
+var handlerSeries = regexp.MustCompile(`^qn_admission_request_duration_seconds_sum\{webhook="(\w+)"\} (\S+)$`)
+
+// handlerSeconds is the time each webhook server's handler spent on its
+// calls so far, as the server counts it: qn-webhook's by webhook
+// ("qn-webhook validate", "qn-webhook mutate"), the ceiling's both
+// together ("ceiling both").
+func (r *rig) handlerSeconds(ctx context.Context) (map[string]float64, error) {
+	out, err := r.qnHandlerSeconds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	page, err := get(ctx, r.ceilingClient, r.ceiling.BaseURL+"/handled", "the ceiling's /handled")
+	if err != nil {
+		return nil, err
+	}
+	var handled struct{ Seconds float64 }
+	if err := json.Unmarshal(page, &handled); err != nil {
+		return nil, fmt.Errorf("the ceiling's /handled: %w", err)
+	}
+	out["ceiling both"] = handled.Seconds
+	return out, nil
+}
+
+// get reads url with client; what names it in errors.
+func get(ctx context.Context, client *http.Client, url, what string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	page, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, page)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return page, nil
+}
+
+// qnHandlerSeconds reads qn-webhook's /metrics: the time its handler
+// spent on the requests of each webhook so far.
+func (r *rig) qnHandlerSeconds(ctx context.Context) (map[string]float64, error) {
+	page, err := get(ctx, http.DefaultClient, "http://"+r.qnProbe+"/metrics", "qn-webhook's /metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(string(page), "\n") {
+		if m := handlerSeries.FindStringSubmatch(line); m != nil {
+			v, err := strconv.ParseFloat(m[2], 64)
+			if err != nil {
+				return nil, fmt.Errorf("qn-webhook's /metrics: %q: %w", line, err)
+			}
+			out["qn-webhook "+m[1]] = v
+		}
+	}
+	return out, nil
+}
+
 // checkCalls says whether, between before and after, the API server called
 // each of s's webhooks n times and no other webhook at all.
 func (r *rig) checkCalls(s *side, before, after map[string]webhookCall, n int) error {
@@ -724,6 +822,9 @@ func (r *rig) report(b *testing.B) {
 			}
 			b.ReportMetric(1000*s.callTime[key]/n, s.name+"-"+typ+"-call-ms")
 		}
+		for webhook, sec := range s.handlerTime {
+			b.ReportMetric(1000*sec/n, s.name+"-"+webhook+"-handler-ms")
+		}
 	}
 	ceilingAdds := p50["ceiling"] - p50["none"]
 	qnAdds := p50["qn-webhook"] - p50["none"]
@@ -737,35 +838,57 @@ func (r *rig) report(b *testing.B) {
 // profileEnv names the file prefix of qn-webhook's CPU profiles, and
 // extraArgsEnv holds flags for qn-webhook beyond the chart's.
 const (
-	profileEnv   = "QN_APISERVERLOAD_PROFILE"
-	extraArgsEnv = "QN_APISERVERLOAD_WEBHOOK_ARGS"
+	profileEnv = "QN_APISERVERLOAD_PROFILE"
+	// traceEnv names the file prefix of qn-webhook's execution traces (5
+	// seconds from each run's start; go tool trace -pprof=sched shows
+	// where its goroutines waited for a CPU).
+	traceEnv            = "QN_APISERVERLOAD_TRACE"
+	apiserverProfileEnv = "QN_APISERVERLOAD_APISERVER_PROFILE"
+	// ceilingArgsEnv holds flags for the ceiling, e.g. --answer-like-qn.
+	ceilingArgsEnv = "QN_APISERVERLOAD_CEILING_ARGS"
+	extraArgsEnv   = "QN_APISERVERLOAD_WEBHOOK_ARGS"
+	// extraEnvEnv holds environment variables for qn-webhook
+	// (space-separated NAME=value), e.g. GOGC=100.
+	extraEnvEnv = "QN_APISERVERLOAD_WEBHOOK_ENV"
 )
 
-// profileWebhook writes a 30-second CPU profile of qn-webhook to file; the
-// channel is closed once it is written.
-func (r *rig) profileWebhook(b *testing.B, file string) <-chan struct{} {
+// profileAPIServer writes a 30-second CPU profile of kube-apiserver to
+// file (its /debug/pprof, as the admin); the channel is closed once it is
+// written.
+func (r *rig) profileAPIServer(b *testing.B, file string) <-chan struct{} {
 	done := make(chan struct{})
-	probe := r.qnProbe
 	go func() {
 		defer close(done)
-		resp, err := http.Get("http://" + probe + "/debug/pprof/profile?seconds=30")
-		if err != nil {
-			b.Errorf("qn-webhook's CPU profile: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, data)
-		}
+		data, err := r.cluster.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "30").DoRaw(context.Background())
 		if err == nil {
 			err = os.WriteFile(file, data, 0o644)
 		}
 		if err != nil {
-			b.Errorf("qn-webhook's CPU profile: %v", err)
+			b.Errorf("kube-apiserver's CPU profile: %v", err)
 			return
 		}
-		b.Logf("qn-webhook's CPU profile: %s", file)
+		b.Logf("kube-apiserver's CPU profile: %s", file)
+	}()
+	return done
+}
+
+// profileWebhook writes what qn-webhook's /debug/pprof/<what> answers (a
+// CPU profile, an execution trace) to file; the channel is closed once it
+// is written.
+func (r *rig) profileWebhook(b *testing.B, what, file string) <-chan struct{} {
+	done := make(chan struct{})
+	probe := r.qnProbe
+	go func() {
+		defer close(done)
+		data, err := get(context.Background(), http.DefaultClient, "http://"+probe+"/debug/pprof/"+what, "qn-webhook's "+what)
+		if err == nil {
+			err = os.WriteFile(file, data, 0o644)
+		}
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		b.Logf("qn-webhook's %s: %s", what, file)
 	}()
 	return done
 }

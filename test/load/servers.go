@@ -238,9 +238,9 @@ func awaitRedis(addr string, timeout time.Duration) error {
 }
 
 // StartCeiling runs the bare-TLS ceiling server with a certificate in
-// certDir.
-func StartCeiling(bin, certDir string) (*Server, error) {
-	p, serving, err := harness.StartServing(bin, []string{"--listen-address", "127.0.0.1:0", "--tls-dir", certDir}, serverProcess, 60*time.Second)
+// certDir, and extra flags.
+func StartCeiling(bin, certDir string, extra ...string) (*Server, error) {
+	p, serving, err := harness.StartServing(bin, append([]string{"--listen-address", "127.0.0.1:0", "--tls-dir", certDir}, extra...), serverProcess, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
