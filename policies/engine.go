@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
@@ -98,30 +100,103 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 			return v.decision()
 		}
 	}
-	// The window is counted before the policies run, in one store call
-	// that also answers input.context.window; the slot is given back if
-	// the policies refuse the change or cannot judge it (windows.go).
+	if p.DenyFirst != nil && !p.Facts.DryRun && !trace.SpanFromContext(ctx).IsRecording() {
+		return e.validateDenyFirst(ctx, p, in, &v)
+	}
+	return e.validateTakeFirst(ctx, p, in, &v)
+}
+
+// validateTakeFirst counts the window before the policies run, in one
+// store call that also answers input.context.window; the slot is given
+// back if the policies refuse the change or cannot judge it (windows.go).
+func (e *Engine) validateTakeFirst(ctx context.Context, p *Plan, in *Input, v *verdict) Decision {
 	facts := p.Facts
-	slot, d, done := e.countWindow(ctx, p, &v, &facts)
+	slot, d, done := e.countWindow(ctx, p, v, &facts, false)
 	if done {
 		return d
 	}
 	res, err := e.evaluate(ctx, p, in, facts)
 	if err != nil {
-		e.giveBack(ctx, p, &v, slot)
+		e.giveBack(ctx, p, v, slot)
 		return v.failed(err)
 	}
+	return e.judge(ctx, p, v, slot, res)
+}
+
+// validateDenyFirst is validate for a role none of whose deny rules may
+// read the window (Plan.DenyFirst): its deny rules, the warn rules that do
+// not read the window and its pattern policies are judged first, so a
+// change they refuse only reads the window (one read-only store call, for
+// the warn rules that read it) and takes no slot, where validateTakeFirst
+// would take one and give it back; a change they admit takes its slot as
+// there. Then the warn rules that read the window run. The answer is
+// validateTakeFirst's: every rule sees the input it would have seen there,
+// and the result is assembled in the one query's order. A first stage that
+// fails is answered by validateTakeFirst, as if it had not run. Traced
+// requests go there too: their spans time the one query's packages.
+func (e *Engine) validateDenyFirst(ctx context.Context, p *Plan, in *Input, v *verdict) Decision {
+	start := time.Now()
+	value, err := e.inputValue(p, in, p.Facts)
+	if err != nil {
+		return e.validateTakeFirst(ctx, p, in, v)
+	}
+	first, err := p.DenyFirst.EvalFirst(ctx, value)
+	if err != nil {
+		return e.validateTakeFirst(ctx, p, in, v)
+	}
+	var patterns rego.Result
+	if len(p.Patterns) > 0 {
+		if err := in.goObjects(); err != nil {
+			return e.validateTakeFirst(ctx, p, in, v)
+		}
+		judgePatterns(p.Patterns, in, &patterns)
+	}
+	elapsed := time.Since(start)
+	refuses := len(first.Result.Deny) > 0 || len(patterns.Deny) > 0
+	if refuses {
+		judged := first.Result
+		judged.Deny = append(slices.Clip(judged.Deny), patterns.Deny...)
+		judged.DenyBy = append(slices.Clip(judged.DenyBy), patterns.DenyBy...)
+		refuses = v.wouldSettle(judged)
+	}
+	facts := p.Facts
+	slot, d, done := e.countWindow(ctx, p, v, &facts, refuses)
+	if done {
+		return d
+	}
+	start = time.Now()
+	if p.DenyFirst.Second != nil {
+		value = withWindow(p.Set, value, facts.Window)
+	}
+	res, err := p.DenyFirst.EvalSecond(ctx, value, first)
+	// One evaluation, in two stages.
+	e.metrics.evaluated(p.Role, elapsed+time.Since(start), err)
+	if err != nil {
+		e.giveBack(ctx, p, v, slot)
+		return v.failed(err)
+	}
+	// The pattern policies' entries follow the Rego rules', as evaluate
+	// appends them.
+	res.Deny, res.DenyBy = append(res.Deny, patterns.Deny...), append(res.DenyBy, patterns.DenyBy...)
+	res.Warn, res.WarnBy = append(res.Warn, patterns.Warn...), append(res.WarnBy, patterns.WarnBy...)
+	return e.judge(ctx, p, v, slot, res)
+}
+
+// judge applies the policies' result, then the window, to the verdict: a
+// refusal they settle gives the slot back; a change they admit keeps it,
+// unless the window is full.
+func (e *Engine) judge(ctx context.Context, p *Plan, v *verdict, slot windowCount, res rego.Result) Decision {
 	v.warnings = append(v.warnings, res.Warn...)
 	for _, w := range res.WarnBy {
 		v.findings = append(v.findings, Finding{Source: w.Source, Pattern: w.Pattern, Message: w.Message})
 	}
 	if len(res.Deny) > 0 {
 		if v.policiesDenied(res); v.settled() {
-			e.giveBack(ctx, p, &v, slot)
+			e.giveBack(ctx, p, v, slot)
 			return v.decision()
 		}
 	}
-	if d, done := e.settleSlot(p, &v, slot); done {
+	if d, done := e.settleSlot(p, v, slot); done {
 		return d
 	}
 	return v.decision()
@@ -168,11 +243,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 	var res rego.Result
 	var elapsed time.Duration
 	if p.Query != nil {
-		readable, err := in.readableBy(p.Set)
-		if err != nil {
-			return rego.Result{}, err
-		}
-		value, err := policyInputValue(p.Set, readable, facts)
+		value, err := e.inputValue(p, in, facts)
 		if err != nil {
 			return rego.Result{}, err
 		}
@@ -205,6 +276,16 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 	}
 	e.metrics.evaluated(p.Role, elapsed, nil)
 	return res, nil
+}
+
+// inputValue is the policies' input: what of the request the set may read,
+// and facts as input.context.
+func (e *Engine) inputValue(p *Plan, in *Input, facts Facts) (ast.Value, error) {
+	readable, err := in.readableBy(p.Set)
+	if err != nil {
+		return nil, err
+	}
+	return policyInputValue(p.Set, readable, facts)
 }
 
 // stamp marks a decision with what made it: the policy revision, the role
@@ -328,6 +409,14 @@ func sourceName(source string, pattern bool) string {
 
 // settled reports whether an enforced refusal decides the request, so
 // nothing after it runs (no evaluation, no window slot).
+// wouldSettle says whether policiesDenied(res) would settle the request,
+// leaving v as it is.
+func (v *verdict) wouldSettle(res rego.Result) bool {
+	probe := verdict{plan: v.plan, refusals: slices.Clone(v.refusals)}
+	probe.policiesDenied(res)
+	return probe.settled()
+}
+
 func (v *verdict) settled() bool {
 	return len(v.refusals) > 0 && v.refusals[0].enforcement == EnforceDeny
 }

@@ -66,6 +66,11 @@ type Plan struct {
 	// Patterns are the role's pattern policies, judged beside Query on the
 	// validating path (patterns never patch).
 	Patterns []*pattern.Policy
+	// DenyFirst, when set, is Query in two stages (validation, roles with
+	// a window none of whose deny rules may read it): the deny rules, and
+	// the warn rules that do not read the window, before the window is
+	// counted; the warn rules that may read it after (validateDenyFirst).
+	DenyFirst *rego.Stages
 }
 
 // Plan resolves a request against the current policy set.
@@ -93,6 +98,9 @@ func (s *Set) plan(in *Input, path Path) *Plan {
 	} else {
 		p.Query = s.validate[b.role]
 		p.Patterns = s.patterns[b.role]
+		if p.Window != nil {
+			p.DenyFirst = s.denyFirst[b.role]
+		}
 	}
 	return p
 }

@@ -150,10 +150,34 @@ func (b *inputBuilder) input(in *Input, c Facts) (ast.Value, error) {
 		}
 		request = b.terms.New(obj)
 	}
+	return b.document(request, b.contextObject(c)), nil
+}
+
+// document is the input of request's term and context.
+func (b *inputBuilder) document(request *ast.Term, context ast.Object) ast.Value {
 	return ast.NewObject(
 		ast.Item(keyRequest, request),
-		ast.Item(keyContext, b.terms.New(b.contextObject(c))),
-	), nil
+		ast.Item(keyContext, b.terms.New(context)),
+	)
+}
+
+// withWindow is input (policyInputValue's for set, built without a
+// window) with w as input.context.window, as policyInputValue builds it:
+// every other term is input's, not built again.
+func withWindow(set *Set, input ast.Value, w *WindowState) ast.Value {
+	var b inputBuilder
+	if set != nil {
+		b.fields = set.fields
+	}
+	doc := input.(ast.Object)
+	context := doc.Get(keyContext).Value.(ast.Object)
+	if w == nil || !b.wantContext(keyWindow) || context.Get(keyWindow) != nil {
+		return input
+	}
+	items := make([][2]*ast.Term, 0, context.Len()+1)
+	context.Foreach(func(k, v *ast.Term) { items = append(items, [2]*ast.Term{k, v}) })
+	items = append(items, ast.Item(keyWindow, b.windowTerm(w)))
+	return b.document(doc.Get(keyRequest), ast.NewObject(items...))
 }
 
 func (b *inputBuilder) requestObject(in *Input) (ast.Object, error) {
@@ -347,15 +371,20 @@ func (b *inputBuilder) contextObject(c Facts) ast.Object {
 		items = append(items, ast.Item(keyExtra, b.terms.New(extra)))
 	}
 	if w := c.Window; w != nil && b.wantContext(keyWindow) {
-		items = append(items, ast.Item(keyWindow, b.terms.New(ast.NewObject(
-			b.strItem(keyKey, w.Key),
-			ast.Item(keyCount, ast.IntNumberTerm(w.Count)),
-			ast.Item(keyLimit, ast.IntNumberTerm(w.Limit)),
-			ast.Item(keyPeriodSeconds, ast.NumberTerm(json.Number(fmt.Sprint(w.PeriodSeconds)))),
-			ast.Item(keyRemaining, ast.IntNumberTerm(w.Remaining)),
-		))))
+		// Last, as withWindow adds it.
+		items = append(items, ast.Item(keyWindow, b.windowTerm(w)))
 	}
 	return ast.NewObject(items...)
+}
+
+func (b *inputBuilder) windowTerm(w *WindowState) *ast.Term {
+	return b.terms.New(ast.NewObject(
+		b.strItem(keyKey, w.Key),
+		ast.Item(keyCount, ast.IntNumberTerm(w.Count)),
+		ast.Item(keyLimit, ast.IntNumberTerm(w.Limit)),
+		ast.Item(keyPeriodSeconds, ast.NumberTerm(json.Number(fmt.Sprint(w.PeriodSeconds)))),
+		ast.Item(keyRemaining, ast.IntNumberTerm(w.Remaining)),
+	))
 }
 
 func (b *inputBuilder) gvkTerm(k metav1.GroupVersionKind) *ast.Term {

@@ -48,6 +48,10 @@ type Set struct {
 	// mutation only patch, so neither evaluates the other's rules.
 	validate map[string]*rego.Query
 	mutate   map[string]*rego.Query
+	// denyFirst holds, for each role with a window whose deny rules do not
+	// read input.context.window, its validation query in two stages
+	// (Plan.DenyFirst).
+	denyFirst map[string]*rego.Stages
 	// patterns are each role's pattern policies, judged on the validating
 	// path beside the validate query; absent for a role without any.
 	patterns map[string][]*pattern.Policy
@@ -133,6 +137,8 @@ func (s *Set) prepare(ctx context.Context, timeout time.Duration) Problems {
 	var problems Problems
 	s.validate = make(map[string]*rego.Query, len(s.Roles.Roles))
 	s.mutate = make(map[string]*rego.Query, len(s.Roles.Roles))
+	s.denyFirst = map[string]*rego.Stages{}
+	var readers map[string]map[string]bool // windowReaders, computed once
 	for _, name := range s.Roles.Names() {
 		packages := s.Roles.Roles[name].Packages
 		if len(packages) == 0 {
@@ -142,12 +148,40 @@ func (s *Set) prepare(ctx context.Context, timeout time.Duration) Problems {
 		if err == nil {
 			s.mutate[name], err = s.Compiled.Prepare(ctx, mutatingPackages(s.Roles.Roles[name]), rego.MutationRules, timeout)
 		}
+		if err == nil && s.Roles.Roles[name].Window != nil {
+			if readers == nil {
+				readers = windowReaders(s.Compiled)
+			}
+			if !slices.ContainsFunc(packages, func(p string) bool { return readers["deny"][p] }) {
+				s.denyFirst[name], err = s.Compiled.PrepareStages(ctx, packages, rego.ValidationRules,
+					func(pkg, rule string) bool { return readers[rule][pkg] }, timeout)
+			}
+		}
 		if err != nil {
 			problems = append(problems, &Problem{File: RolesFile, Line: s.Roles.Line("roles." + name + ".packages"), Path: "roles." + name + ".packages", Message: err.Error()})
 		}
 		s.validate[name] = v
 	}
 	return problems
+}
+
+// windowPath is input.context.window, below input.
+var windowPath = []string{"context", "window"}
+
+// windowReaders names, for deny and for warn, the packages with such a
+// rule that may read input.context.window, itself or through the rules and
+// functions it may evaluate (a read the analysis cannot follow counts).
+// A windowed role none of whose deny rules may read it is judged deny
+// first (Plan.DenyFirst), its warn rules that may read it in the second
+// stage.
+func windowReaders(c *rego.Compiled) map[string]map[string]bool {
+	out := map[string]map[string]bool{"deny": {}, "warn": {}}
+	for _, r := range c.RuleInputReads("deny", "warn") {
+		if r.Reads(windowPath) {
+			out[r.Name][r.Package] = true
+		}
+	}
+	return out
 }
 
 // mutatingPackages are the role's packages whose patches apply: a package

@@ -87,23 +87,26 @@ type windowCount struct {
 	answer window.Answer
 	// err is the store's failure, already recorded in the verdict.
 	err error
-	// peeked is set for a dry run, which takes nothing.
+	// peeked is set for a dry run, or a change the deny rules refused,
+	// which take nothing.
 	peeked bool
 }
 
 // countWindow counts the request in its window on the validating path,
-// before the policies run: a dry run reads the window, any other request
-// takes its slot. Either way the window as it was before this request
-// goes into facts (input.context.window). done is true when the decision
-// is made: the store failed and the role fails closed, or the call failed.
-func (e *Engine) countWindow(ctx context.Context, p *Plan, v *verdict, facts *Facts) (c windowCount, d Decision, done bool) {
+// before the policies run: a dry run, or a change the deny rules already
+// refuse (readOnly, validateDenyFirst), reads the window, any other
+// request takes its slot. Either way the window as it was before this
+// request goes into facts (input.context.window). done is true when the
+// decision is made: the store failed and the role fails closed, or the
+// call failed.
+func (e *Engine) countWindow(ctx context.Context, p *Plan, v *verdict, facts *Facts, readOnly bool) (c windowCount, d Decision, done bool) {
 	if p.Window == nil {
 		return c, Decision{}, false
 	}
 	w := p.Window
 	_, span := tracing.Child(ctx, "window")
 	var before window.State
-	if p.Facts.DryRun {
+	if p.Facts.DryRun || readOnly {
 		c.peeked = true
 		c.answer, c.err = e.windows.PeekWith(ctx, w.Spec.OnStoreError, w.Key, w.Limit)
 		before = c.answer.State

@@ -197,50 +197,72 @@ func windowStores(t *testing.T) map[string]func(t *testing.T) window.Store {
 
 // TestOneWindowCallPerAdmittedRequest: a request with a window costs the
 // store one call: the slot is taken before the policies run, and that
-// call answers the window they read. A change the policies refuse, or
-// cannot judge, gives its slot back (a second call only then); a dry run
-// only reads.
+// call answers the window they read. A dry run only reads. When no deny
+// rule reads the window, a change they refuse only reads it too (the
+// deny rules are judged first, DenyFirst); when one does, a change the
+// policies refuse takes its slot and gives it back (a second call only
+// then), as does one they cannot judge.
 func TestOneWindowCallPerAdmittedRequest(t *testing.T) {
-	fsys := windowedSet("user", "")
-	fsys["fail.rego"] = &fstest.MapFile{Data: []byte("package p\n\ndeny contains x if {\n\tinput.context.labels.fail == \"yes\"\n\tx := 1 / 0\n}\n")}
-	set, err := Load(context.Background(), fsys, LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := map[string]struct {
-		n        node
-		allowed  bool
-		calls    [3]int // takes, peeks, releases
-		count    int    // the window's count afterwards
-		warnings []string
+	fail := &fstest.MapFile{Data: []byte("package p\n\ndeny contains x if {\n\tinput.context.labels.fail == \"yes\"\n\tx := 1 / 0\n}\n")}
+	denyFirst := windowedSet("user", "")
+	denyFirst["fail.rego"] = fail
+	takeFirst := windowReadingDeny(windowedSet("user", ""))
+	takeFirst["fail.rego"] = fail
+	forms := map[string]struct {
+		fsys    fstest.MapFS
+		refused [3]int
 	}{
-		"an admitted change: one take":                               {n: node{}, allowed: true, calls: [3]int{1, 0, 0}, count: 1, warnings: []string{"window 0/2"}},
-		"a change the policies refuse: a take, then a release":       {n: node{labels: map[string]string{"deny": "yes"}}, calls: [3]int{1, 0, 1}},
-		"a change the policies cannot judge: a take, then a release": {n: node{labels: map[string]string{"fail": "yes"}}, calls: [3]int{1, 0, 1}},
-		"a dry run: one read":                                        {n: node{dryRun: true}, allowed: true, calls: [3]int{0, 1, 0}, warnings: []string{"window 0/2"}},
+		"deny rules that do not read the window": {fsys: denyFirst, refused: [3]int{0, 1, 0}},
+		"a deny rule that reads the window":      {fsys: takeFirst, refused: [3]int{1, 0, 1}},
 	}
-	for storeName, newStore := range windowStores(t) {
-		t.Run(storeName, func(t *testing.T) {
-			for name, tc := range cases {
-				t.Run(name, func(t *testing.T) {
-					store := &callCounter{Store: newStore(t)}
-					e := NewEngine(set, EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: storeName, Timeout: 5 * time.Second})})
-					n := tc.n
-					n.uid = "req-1"
-					d := e.Validate(context.Background(), n.input())
-					if d.Allowed != tc.allowed || store.calls() != tc.calls {
-						t.Fatalf("allowed=%v (%s) after %v store calls (takes, peeks, releases); want allowed=%v after %v", d.Allowed, d.Message, store.calls(), tc.allowed, tc.calls)
-					}
-					if tc.warnings != nil && !slices.Equal(d.Warnings, tc.warnings) {
-						t.Fatalf("warnings %q, want %q: the policies see the window before this change", d.Warnings, tc.warnings)
-					}
-					if st, _ := store.Peek(context.Background(), windowKey("r", &Window{Key: KeyUser}, Facts{User: "alice"}), window.Limit{Count: 2, Period: 10 * time.Second}); st.Count != tc.count {
-						t.Fatalf("the window counts %d afterwards, want %d", st.Count, tc.count)
-					}
-				})
-			}
-		})
+	for formName, form := range forms {
+		set, err := Load(context.Background(), form.fsys, LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := map[string]struct {
+			n        node
+			allowed  bool
+			calls    [3]int // takes, peeks, releases
+			count    int    // the window's count afterwards
+			warnings []string
+		}{
+			"an admitted change: one take":                               {n: node{}, allowed: true, calls: [3]int{1, 0, 0}, count: 1, warnings: []string{"window 0/2"}},
+			"a change the policies refuse":                               {n: node{labels: map[string]string{"deny": "yes"}}, calls: form.refused, warnings: []string{"window 0/2"}},
+			"a change the policies cannot judge: a take, then a release": {n: node{labels: map[string]string{"fail": "yes"}}, calls: [3]int{1, 0, 1}},
+			"a dry run: one read":                                        {n: node{dryRun: true}, allowed: true, calls: [3]int{0, 1, 0}, warnings: []string{"window 0/2"}},
+		}
+		for storeName, newStore := range windowStores(t) {
+			t.Run(formName+"/"+storeName, func(t *testing.T) {
+				for name, tc := range cases {
+					t.Run(name, func(t *testing.T) {
+						store := &callCounter{Store: newStore(t)}
+						e := NewEngine(set, EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: storeName, Timeout: 5 * time.Second})})
+						n := tc.n
+						n.uid = "req-1"
+						d := e.Validate(context.Background(), n.input())
+						if d.Allowed != tc.allowed || store.calls() != tc.calls {
+							t.Fatalf("allowed=%v (%s) after %v store calls (takes, peeks, releases); want allowed=%v after %v", d.Allowed, d.Message, store.calls(), tc.allowed, tc.calls)
+						}
+						if tc.warnings != nil && !slices.Equal(d.Warnings, tc.warnings) {
+							t.Fatalf("warnings %q, want %q: the policies see the window before this change", d.Warnings, tc.warnings)
+						}
+						if st, _ := store.Peek(context.Background(), windowKey("r", &Window{Key: KeyUser}, Facts{User: "alice"}), window.Limit{Count: 2, Period: 10 * time.Second}); st.Count != tc.count {
+							t.Fatalf("the window counts %d afterwards, want %d", st.Count, tc.count)
+						}
+					})
+				}
+			})
+		}
 	}
+}
+
+// windowReadingDeny adds a deny rule that reads input.context.window to a
+// windowedSet (one that never fires at its limit of 2), so the set is
+// judged with the window taken first, not DenyFirst.
+func windowReadingDeny(fsys fstest.MapFS) fstest.MapFS {
+	fsys["window-deny.rego"] = &fstest.MapFile{Data: []byte("package p\n\ndeny contains \"over\" if input.context.window.count > 1000\n")}
+	return fsys
 }
 
 // TestARefusedChangeWhoseSlotCannotBeGivenBack: when the store cannot take
@@ -248,7 +270,8 @@ func TestOneWindowCallPerAdmittedRequest(t *testing.T) {
 // says what happened, and the change counts until it leaves the window:
 // the requester has one slot less for one period, the limit holds.
 func TestARefusedChangeWhoseSlotCannotBeGivenBack(t *testing.T) {
-	set, err := Load(context.Background(), windowedSet("user", ""), LoadOptions{})
+	// A deny rule reads the window, so a refused change took its slot.
+	set, err := Load(context.Background(), windowReadingDeny(windowedSet("user", "")), LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,67 +299,78 @@ func TestARefusedChangeWhoseSlotCannotBeGivenBack(t *testing.T) {
 
 // TestConcurrentRequestsNeverExceedTheWindow sends one user's changes
 // from many goroutines through the engine, every other one refused by its
-// policies, against each store. Slots taken by refused changes are held
-// while their policies run and then given back: no more than the limit
-// are admitted, and the window afterwards counts exactly the admitted.
+// policies, against each store, with deny rules judged first (DenyFirst:
+// a refused change takes no slot) and with a deny rule that reads the
+// window (slots taken by refused changes are held while their policies
+// run and then given back): no more than the limit are admitted, and the
+// window afterwards counts exactly the admitted.
 func TestConcurrentRequestsNeverExceedTheWindow(t *testing.T) {
 	const limit = 20
-	fsys := windowedSet("user", "")
-	fsys["roles.yaml"] = &fstest.MapFile{Data: []byte(fmt.Sprintf("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    window: {limit: %d, period: 1h}\n    packages: [p]\n", limit))}
-	set, err := Load(context.Background(), fsys, LoadOptions{})
+	roles := &fstest.MapFile{Data: []byte(fmt.Sprintf("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    window: {limit: %d, period: 1h}\n    packages: [p]\n", limit))}
+	denyFirst, takeFirst := windowedSet("user", ""), windowReadingDeny(windowedSet("user", ""))
+	denyFirst["roles.yaml"], takeFirst["roles.yaml"] = roles, roles
+	for formName, fsys := range map[string]fstest.MapFS{"deny first": denyFirst, "take first": takeFirst} {
+		set, err := Load(context.Background(), fsys, LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := set.denyFirst["r"] != nil; got != (formName == "deny first") {
+			t.Fatalf("%s: DenyFirst prepared: %v", formName, got)
+		}
+		for name, newStore := range windowStores(t) {
+			t.Run(formName+"/"+name, func(t *testing.T) {
+				concurrentChanges(t, set, newStore(t), name, limit)
+			})
+		}
+	}
+}
+
+func concurrentChanges(t *testing.T, set *Set, store window.Store, name string, limit int) {
+	e := NewEngine(set, EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: name, Timeout: 5 * time.Second})})
+	var mu sync.Mutex
+	admitted, refusedByPolicy, tooMany := 0, 0, 0
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 12 {
+				n := node{uid: fmt.Sprintf("g%d-%d", g, i)}
+				if i%2 == 1 {
+					n.labels = map[string]string{"deny": "yes"}
+				}
+				d := e.Validate(context.Background(), n.input())
+				mu.Lock()
+				switch {
+				case d.Allowed:
+					admitted++
+				case d.Code == http.StatusForbidden:
+					refusedByPolicy++
+				case d.Code == http.StatusTooManyRequests:
+					tooMany++
+				default:
+					t.Errorf("unexpected decision %d %s", d.Code, d.Message)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	st, err := store.Peek(context.Background(), windowKey("r", &Window{Key: KeyUser}, Facts{User: "alice"}), window.Limit{Count: limit, Period: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, newStore := range windowStores(t) {
-		t.Run(name, func(t *testing.T) {
-			store := newStore(t)
-			e := NewEngine(set, EngineOptions{Windows: window.NewGuard(store, window.GuardOptions{Name: name, Timeout: 5 * time.Second})})
-			var mu sync.Mutex
-			admitted, refusedByPolicy, tooMany := 0, 0, 0
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Go(func() {
-					for i := range 12 {
-						n := node{uid: fmt.Sprintf("g%d-%d", g, i)}
-						if i%2 == 1 {
-							n.labels = map[string]string{"deny": "yes"}
-						}
-						d := e.Validate(context.Background(), n.input())
-						mu.Lock()
-						switch {
-						case d.Allowed:
-							admitted++
-						case d.Code == http.StatusForbidden:
-							refusedByPolicy++
-						case d.Code == http.StatusTooManyRequests:
-							tooMany++
-						default:
-							t.Errorf("unexpected decision %d %s", d.Code, d.Message)
-						}
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			st, err := store.Peek(context.Background(), windowKey("r", &Window{Key: KeyUser}, Facts{User: "alice"}), window.Limit{Count: limit, Period: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%d admitted, %d refused by policy, %d refused with 429; the window counts %d", admitted, refusedByPolicy, tooMany, st.Count)
-			if admitted > limit || st.Count != admitted || refusedByPolicy+tooMany+admitted != 96 {
-				t.Fatalf("%d admitted and the window counts %d; want them equal and at most %d", admitted, st.Count, limit)
-			}
-			// Refused changes held their slots only while judged: the
-			// window fills to exactly its limit.
-			for i := 0; st.Count < limit; i++ {
-				if d := e.Validate(context.Background(), node{uid: fmt.Sprintf("after-%d", i)}.input()); !d.Allowed {
-					t.Fatalf("with %d of %d counted, a change was refused: %s", st.Count, limit, d.Message)
-				}
-				st.Count++
-			}
-			if d := e.Validate(context.Background(), node{uid: "one-too-many"}.input()); d.Code != http.StatusTooManyRequests {
-				t.Fatalf("the window admitted more than its limit: %d %s", d.Code, d.Message)
-			}
-		})
+	t.Logf("%d admitted, %d refused by policy, %d refused with 429; the window counts %d", admitted, refusedByPolicy, tooMany, st.Count)
+	if admitted > limit || st.Count != admitted || refusedByPolicy+tooMany+admitted != 96 {
+		t.Fatalf("%d admitted and the window counts %d; want them equal and at most %d", admitted, st.Count, limit)
+	}
+	// Refused changes held their slots only while judged: the
+	// window fills to exactly its limit.
+	for i := 0; st.Count < limit; i++ {
+		if d := e.Validate(context.Background(), node{uid: fmt.Sprintf("after-%d", i)}.input()); !d.Allowed {
+			t.Fatalf("with %d of %d counted, a change was refused: %s", st.Count, limit, d.Message)
+		}
+		st.Count++
+	}
+	if d := e.Validate(context.Background(), node{uid: "one-too-many"}.input()); d.Code != http.StatusTooManyRequests {
+		t.Fatalf("the window admitted more than its limit: %d %s", d.Code, d.Message)
 	}
 }

@@ -100,12 +100,25 @@ var (
 // patch) of packages. Every package must exist in the set. timeout bounds
 // each evaluation (0 means only the caller's context bounds it).
 func (c *Compiled) Prepare(ctx context.Context, packages []string, rules []string, timeout time.Duration) (*Query, error) {
+	if err := c.declared(packages); err != nil {
+		return nil, err
+	}
+	query, outputs := c.bindingQuery(packages, rules, nil)
+	return c.prepareBindings(packages, query, outputs, timeout)
+}
+
+// declared checks that every package exists in the set.
+func (c *Compiled) declared(packages []string) error {
 	for _, p := range packages {
 		if !c.HasPackage(p) {
-			return nil, fmt.Errorf("package %q is not declared by any policy module (known: %s)", p, strings.Join(c.Packages(), ", "))
+			return fmt.Errorf("package %q is not declared by any policy module (known: %s)", p, strings.Join(c.Packages(), ", "))
 		}
 	}
-	query, outputs := c.bindingQuery(packages, rules)
+	return nil
+}
+
+// prepareBindings prepares a binding query (bindingQuery) of packages.
+func (c *Compiled) prepareBindings(packages []string, query string, outputs []output, timeout time.Duration) (*Query, error) {
 	cq, err := c.compileQuery(query, outputs)
 	if err != nil {
 		return nil, fmt.Errorf("prepare query for packages %v: %w", packages, err)
@@ -168,13 +181,15 @@ type output struct {
 // bindingQuery binds every deny, warn and patch rule the packages define
 // to a variable of its own ("d0 := data.qn.quantumnode.deny; ..."); Eval
 // merges them. Referencing the rules directly, and only those that exist,
-// is about twice as fast as unioning set comprehensions in Rego.
-func (c *Compiled) bindingQuery(packages, rules []string) (string, []output) {
+// is about twice as fast as unioning set comprehensions in Rego. keep,
+// when set, binds only the rules it keeps; the variables are named the
+// same either way, by the package's place in packages.
+func (c *Compiled) bindingQuery(packages, rules []string, keep func(pkg, rule string) bool) (string, []output) {
 	var parts []string
 	var outputs []output
 	for i, p := range packages {
 		for _, rule := range rules {
-			if !c.definesRule(p, rule) {
+			if !c.definesRule(p, rule) || keep != nil && !keep(p, rule) {
 				continue
 			}
 			v := fmt.Sprintf("%c%d", rule[0], i)
@@ -210,20 +225,16 @@ func (q *Query) Packages() []string { return q.packages }
 // document). An error means the decision is unknown: the caller applies its
 // on-error policy.
 func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalOption) (Result, error) {
+	if len(opts) == 0 {
+		bindings, err := q.evalBindings(ctx, input)
+		if err != nil {
+			return Result{}, err
+		}
+		return q.result(bindings)
+	}
 	ctx, bounds := q.guarded(ctx)
 	defer bounds.done()
-	var bindings map[string]any
-	var err error
-	switch {
-	case len(opts) == 0:
-		if program, planErr := q.program(); planErr == nil {
-			bindings, err = q.evalPlanned(ctx, program, input)
-		} else {
-			bindings, err = q.evalDirect(ctx, input, nil)
-		}
-	default:
-		bindings, err = q.evalPrepared(ctx, input, opts)
-	}
+	bindings, err := q.evalPrepared(ctx, input, opts)
 	if err != nil {
 		return Result{}, q.failure(ctx, err, bounds)
 	}
@@ -232,9 +243,14 @@ func (q *Query) Eval(ctx context.Context, input ast.Value, opts ...oparego.EvalO
 
 // result merges the bindings of one evaluation into a Result.
 func (q *Query) result(bindings map[string]any) (Result, error) {
+	return resultOf(q.outputs, bindings)
+}
+
+// resultOf merges bindings of outputs, in their order, into a Result.
+func resultOf(outputs []output, bindings map[string]any) (Result, error) {
 	var res Result
 	var err error
-	for _, out := range q.outputs {
+	for _, out := range outputs {
 		v := bindings[out.variable]
 		switch out.rule {
 		case "deny":
