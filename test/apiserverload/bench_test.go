@@ -73,7 +73,18 @@ import (
 // each run writes a CPU profile of its first 30 seconds to <file>.<run>:
 // where qn-webhook's time goes while the API server calls it. To measure a
 // lever, QN_APISERVERLOAD_WEBHOOK_ARGS adds flags (space-separated) after
-// the chart's, e.g. --window-store=memory.
+// the chart's, e.g. --window-store=memory, and QN_APISERVERLOAD_WEBHOOK_ENV
+// environment variables, e.g. GOMAXPROCS=1. QN_APISERVERLOAD_TRACE=<file>
+// takes an execution trace of qn-webhook's first 5 seconds of each run,
+// QN_APISERVERLOAD_APISERVER_PROFILE=<file> a CPU profile of kube-apiserver.
+//
+// Each server's own time per call is reported beside the API server's
+// (qn-webhook-validate-handler-ms, ceiling-both-handler-ms): the rest of a
+// call is TLS, HTTP and the API server's work on the answer. With
+// QN_APISERVERLOAD_CEILING_ARGS=--answer-like-qn=all the ceiling answers as
+// qn-webhook does (status, audit annotations, the one-label patch), which
+// tells what qn-webhook's answer costs the API server from what judging
+// costs qn-webhook.
 func BenchmarkWebhookCostThroughTheAPIServer(b *testing.B) {
 	r := setUp(b)
 	runs++
