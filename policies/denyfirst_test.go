@@ -163,3 +163,35 @@ func TestDenyFirstOnlyWhereDenyIgnoresTheWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestDenyFirstOnlyWhereCallsAreRoundTrips: the engine judges deny first
+// only when a window call may leave the process (window.Remote): a Guard
+// of any store but the in-process MemoryStore, or a shadow's View of one.
+// In-process windows keep the one-stage order, where giving a slot back
+// costs less than the second evaluation.
+func TestDenyFirstOnlyWhereCallsAreRoundTrips(t *testing.T) {
+	set, err := Load(context.Background(), windowedSet("user", ""), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	memory := window.NewMemoryStore(nil, window.MemoryOptions{})
+	remote := window.NewGuard(&callCounter{Store: memory}, window.GuardOptions{Name: "remote"})
+	cases := map[string]struct {
+		counter window.Counter
+		want    bool
+	}{
+		"the engine's default":             {counter: nil},
+		"a Guard of the memory store":      {counter: window.NewGuard(memory, window.GuardOptions{Name: "memory"})},
+		"the memory store itself":          {counter: memory},
+		"a Guard of another store":         {counter: remote, want: true},
+		"a View of a Guard of that store":  {counter: window.NewView(remote, ""), want: true},
+		"a View of the memory store's one": {counter: window.NewView(window.NewGuard(memory, window.GuardOptions{}), "")},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if e := NewEngine(set, EngineOptions{Windows: tc.counter}); e.denyFirst != tc.want {
+				t.Fatalf("deny first: %v, want %v", e.denyFirst, tc.want)
+			}
+		})
+	}
+}

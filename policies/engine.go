@@ -36,6 +36,11 @@ type Engine struct {
 	current atomic.Pointer[Set]
 	windows window.Counter
 	metrics *Metrics
+	// denyFirst is set when a window call is a round trip
+	// (window.Remote): roles with a Plan.DenyFirst are then judged deny
+	// first, which saves the give-back of a refused change at the price
+	// of a second, small evaluation.
+	denyFirst bool
 }
 
 // NewEngine serves set until Swap replaces it.
@@ -45,6 +50,7 @@ func NewEngine(set *Set, opts EngineOptions) *Engine {
 		// As qn-webhook counts them by default.
 		e.windows = window.NewGuard(window.NewMemoryStore(clock.RealClock{}, window.MemoryOptions{}), window.GuardOptions{Name: "memory"})
 	}
+	e.denyFirst = window.Remote(e.windows)
 	e.current.Store(set)
 	return e
 }
@@ -100,7 +106,7 @@ func (e *Engine) validate(ctx context.Context, p *Plan, in *Input) Decision {
 			return v.decision()
 		}
 	}
-	if p.DenyFirst != nil && !p.Facts.DryRun && !trace.SpanFromContext(ctx).IsRecording() {
+	if p.DenyFirst != nil && e.denyFirst && !p.Facts.DryRun && !trace.SpanFromContext(ctx).IsRecording() {
 		return e.validateDenyFirst(ctx, p, in, &v)
 	}
 	return e.validateTakeFirst(ctx, p, in, &v)
@@ -124,7 +130,8 @@ func (e *Engine) validateTakeFirst(ctx context.Context, p *Plan, in *Input, v *v
 }
 
 // validateDenyFirst is validate for a role none of whose deny rules may
-// read the window (Plan.DenyFirst): its deny rules, the warn rules that do
+// read the window (Plan.DenyFirst), when window calls are round trips
+// (Engine.denyFirst): its deny rules, the warn rules that do
 // not read the window and its pattern policies are judged first, so a
 // change they refuse only reads the window (one read-only store call, for
 // the warn rules that read it) and takes no slot, where validateTakeFirst

@@ -163,6 +163,22 @@ type Counter interface {
 	Release(ctx context.Context, key string, r Receipt) error
 }
 
+// Remote reports whether c's calls may leave the process: a Guard whose
+// store is not the in-process MemoryStore, or a View of such a Counter. The
+// engine saves calls where they cost a round trip (policies' deny-first
+// validation) and keeps the simpler order where they cost a map lookup.
+func Remote(c Counter) bool {
+	r, ok := c.(interface{ remote() bool })
+	return ok && r.remote()
+}
+
+func (g *Guard) remote() bool {
+	_, inProcess := g.store.(*MemoryStore)
+	return !inProcess
+}
+
+func (v *View) remote() bool { return Remote(v.counter) }
+
 var (
 	_ Counter = (*Guard)(nil)
 	_ Counter = (*MemoryStore)(nil)
