@@ -176,8 +176,11 @@ func withWindow(set *Set, input ast.Value, w *WindowState) ast.Value {
 	}
 	items := make([][2]*ast.Term, 0, context.Len()+1)
 	context.Foreach(func(k, v *ast.Term) { items = append(items, [2]*ast.Term{k, v}) })
-	items = append(items, ast.Item(keyWindow, b.windowTerm(w)))
-	return b.document(doc.Get(keyRequest), ast.NewObject(items...))
+	items = append(items, ast.Item(keyWindow, windowTerm(w)))
+	return ast.NewObject(
+		ast.Item(keyRequest, doc.Get(keyRequest)),
+		ast.Item(keyContext, ast.NewTerm(ast.NewObject(items...))),
+	)
 }
 
 func (b *inputBuilder) requestObject(in *Input) (ast.Object, error) {
@@ -372,14 +375,16 @@ func (b *inputBuilder) contextObject(c Facts) ast.Object {
 	}
 	if w := c.Window; w != nil && b.wantContext(keyWindow) {
 		// Last, as withWindow adds it.
-		items = append(items, ast.Item(keyWindow, b.windowTerm(w)))
+		items = append(items, ast.Item(keyWindow, windowTerm(w)))
 	}
 	return ast.NewObject(items...)
 }
 
-func (b *inputBuilder) windowTerm(w *WindowState) *ast.Term {
-	return b.terms.New(ast.NewObject(
-		b.strItem(keyKey, w.Key),
+// windowTerm is input.context.window. Its few terms are allocated on their
+// own: withWindow would otherwise start term slabs for them alone.
+func windowTerm(w *WindowState) *ast.Term {
+	return ast.NewTerm(ast.NewObject(
+		ast.Item(keyKey, ast.StringTerm(w.Key)),
 		ast.Item(keyCount, ast.IntNumberTerm(w.Count)),
 		ast.Item(keyLimit, ast.IntNumberTerm(w.Limit)),
 		ast.Item(keyPeriodSeconds, ast.NumberTerm(json.Number(fmt.Sprint(w.PeriodSeconds)))),
