@@ -31,6 +31,22 @@ func BenchmarkInputValue(b *testing.B) {
 	}
 }
 
+// BenchmarkInputWithWindow is the second stage's input of a deny-first
+// validation: the first stage's input with the window added (withWindow).
+func BenchmarkInputWithWindow(b *testing.B) {
+	in, c := benchInput()
+	w := c.Window
+	c.Window = nil
+	first, err := inputValue(in, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = withWindow(nil, first, w)
+	}
+}
+
 func BenchmarkRoleLookup(b *testing.B) {
 	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
 	if err != nil {
