@@ -3,12 +3,14 @@ package policies
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"reflect"
 	"sort"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -194,4 +196,62 @@ func TestDenyFirstOnlyWhereCallsAreRoundTrips(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDenyFirstFailsAsOneStage: a change whose deny rules cannot be judged
+// gets the one-stage answer from one read of the window and no second
+// evaluation, with the store up and with a store that cannot answer,
+// under either onStoreError.
+func TestDenyFirstFailsAsOneStage(t *testing.T) {
+	for _, onErr := range []string{"failOpen", "failClosed"} {
+		fsys := windowedSet("user", "")
+		fsys["roles.yaml"] = &fstest.MapFile{Data: []byte("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    window: {limit: 2, period: 10s, key: user, onStoreError: " + onErr + "}\n    packages: [p]\n")}
+		fsys["fail.rego"] = &fstest.MapFile{Data: []byte("package p\n\ndeny contains x if {\n\tinput.context.labels.fail == \"yes\"\n\tx := 1 / 0\n}\n")}
+		set, err := Load(context.Background(), fsys, LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		oneStage := *set
+		oneStage.denyFirst = nil
+		for _, down := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, store down: %v", onErr, down), func(t *testing.T) {
+				decide := func(s *Set) (Decision, [3]int) {
+					store := &callCounter{Store: window.NewMemoryStore(nil, window.MemoryOptions{})}
+					var counted window.Store = store
+					if down {
+						counted = unreachable{store}
+					}
+					e := NewEngine(s, EngineOptions{Windows: window.NewGuard(counted, window.GuardOptions{Name: "store", Timeout: time.Second})})
+					d := e.Validate(context.Background(), node{uid: "u", labels: map[string]string{"fail": "yes"}}.input())
+					if d.WindowStore != nil {
+						d.WindowStore.Latency = 0
+					}
+					return d, store.calls()
+				}
+				got, calls := decide(set)
+				want, _ := decide(&oneStage)
+				if got.Allowed || !reflect.DeepEqual(got, want) {
+					t.Fatalf("deny first\n%+v\none stage\n%+v", got, want)
+				}
+				if wantCalls := [3]int{0, 1, 0}; !down && calls != wantCalls {
+					t.Fatalf("store calls (takes, peeks, releases) %v, want %v", calls, wantCalls)
+				}
+			})
+		}
+	}
+}
+
+// unreachable is a store that never answers.
+type unreachable struct{ window.Store }
+
+func (unreachable) Take(context.Context, string, window.Limit, string) (window.Taken, error) {
+	return window.Taken{}, errors.New("connection refused")
+}
+
+func (unreachable) Peek(context.Context, string, window.Limit) (window.State, error) {
+	return window.State{}, errors.New("connection refused")
+}
+
+func (unreachable) Release(context.Context, string, window.Receipt) error {
+	return errors.New("connection refused")
 }

@@ -138,23 +138,24 @@ func (e *Engine) validateTakeFirst(ctx context.Context, p *Plan, in *Input, v *v
 // would take one and give it back; a change they admit takes its slot as
 // there. Then the warn rules that read the window run. The answer is
 // validateTakeFirst's: every rule sees the input it would have seen there,
-// and the result is assembled in the one query's order. A first stage that
-// fails is answered by validateTakeFirst, as if it had not run. Traced
-// requests go there too: their spans time the one query's packages.
+// and the result is assembled in the one query's order; a first stage that
+// fails is answered as a failed evaluation is there (failedFirst). Traced
+// requests go there: their spans time the one query's packages.
 func (e *Engine) validateDenyFirst(ctx context.Context, p *Plan, in *Input, v *verdict) Decision {
 	start := time.Now()
 	value, err := e.inputValue(p, in, p.Facts)
 	if err != nil {
-		return e.validateTakeFirst(ctx, p, in, v)
+		return e.failedFirst(ctx, p, v, err)
 	}
 	first, err := p.DenyFirst.EvalFirst(ctx, value)
 	if err != nil {
-		return e.validateTakeFirst(ctx, p, in, v)
+		e.metrics.evaluated(p.Role, time.Since(start), err)
+		return e.failedFirst(ctx, p, v, err)
 	}
 	var patterns rego.Result
 	if len(p.Patterns) > 0 {
 		if err := in.goObjects(); err != nil {
-			return e.validateTakeFirst(ctx, p, in, v)
+			return e.failedFirst(ctx, p, v, err)
 		}
 		judgePatterns(p.Patterns, in, &patterns)
 	}
@@ -187,6 +188,18 @@ func (e *Engine) validateDenyFirst(ctx context.Context, p *Plan, in *Input, v *v
 	res.Deny, res.DenyBy = append(res.Deny, patterns.Deny...), append(res.DenyBy, patterns.DenyBy...)
 	res.Warn, res.WarnBy = append(res.Warn, patterns.Warn...), append(res.WarnBy, patterns.WarnBy...)
 	return e.judge(ctx, p, v, slot, res)
+}
+
+// failedFirst answers a first stage that failed as validateTakeFirst
+// answers a failed evaluation, without evaluating again (which could take
+// the evaluation deadline twice): the window is read, so a store that
+// cannot answer is answered as there, and otherwise the failure is.
+func (e *Engine) failedFirst(ctx context.Context, p *Plan, v *verdict, err error) Decision {
+	facts := p.Facts
+	if _, d, done := e.countWindow(ctx, p, v, &facts, true); done {
+		return d
+	}
+	return v.failed(err)
 }
 
 // judge applies the policies' result, then the window, to the verdict: a
