@@ -226,10 +226,10 @@ func TestOneWindowCallPerAdmittedRequest(t *testing.T) {
 			count    int    // the window's count afterwards
 			warnings []string
 		}{
-			"an admitted change: one take":                               {n: node{}, allowed: true, calls: [3]int{1, 0, 0}, count: 1, warnings: []string{"window 0/2"}},
-			"a change the policies refuse":                               {n: node{labels: map[string]string{"deny": "yes"}}, calls: form.refused, warnings: []string{"window 0/2"}},
-			"a change the policies cannot judge":                         {n: node{labels: map[string]string{"fail": "yes"}}, calls: form.failed},
-			"a dry run: one read":                                        {n: node{dryRun: true}, allowed: true, calls: [3]int{0, 1, 0}, warnings: []string{"window 0/2"}},
+			"an admitted change: one take":       {n: node{}, allowed: true, calls: [3]int{1, 0, 0}, count: 1, warnings: []string{"window 0/2"}},
+			"a change the policies refuse":       {n: node{labels: map[string]string{"deny": "yes"}}, calls: form.refused, warnings: []string{"window 0/2"}},
+			"a change the policies cannot judge": {n: node{labels: map[string]string{"fail": "yes"}}, calls: form.failed},
+			"a dry run: one read":                {n: node{dryRun: true}, allowed: true, calls: [3]int{0, 1, 0}, warnings: []string{"window 0/2"}},
 		}
 		for storeName, newStore := range windowStores(t) {
 			t.Run(formName+"/"+storeName, func(t *testing.T) {
