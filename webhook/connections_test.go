@@ -89,10 +89,14 @@ func TestConnPool(t *testing.T) {
 	t.Run("at the cap the longest-idle connection makes room for a new one", func(t *testing.T) {
 		pool, addr, _ := poolServer(t, 2, time.Minute, ok)
 		first, second := dial(t, addr), dial(t, addr)
-		for _, k := range []*keepAlive{first, second} {
-			if code, err := k.get(); err != nil || code != http.StatusNoContent {
-				t.Fatalf("request: %d %v", code, err)
-			}
+		if code, err := first.get(); err != nil || code != http.StatusNoContent {
+			t.Fatalf("request: %d %v", code, err)
+		}
+		// The server marks a connection idle after the client has its
+		// answer: wait for it, so first is idle before second is used.
+		waitUntil(t, "first is idle", func() bool { return pool.snapshot().idle == 1 })
+		if code, err := second.get(); err != nil || code != http.StatusNoContent {
+			t.Fatalf("request: %d %v", code, err)
 		}
 		// second was used last: first has been idle longest.
 		if code, err := second.get(); err != nil || code != http.StatusNoContent {
