@@ -43,6 +43,7 @@ type options struct {
 	profileDuration time.Duration
 	profileTarget   string
 	profileOnly     bool
+	profileRate     float64
 }
 
 func main() {
@@ -66,6 +67,7 @@ func main() {
 	flag.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "Length of the --cpuprofile capture.")
 	flag.StringVar(&o.profileTarget, "profile-target", "shipped", "What --cpuprofile profiles: shipped (Redis windows on a redis-server of its own, with the --runtime-variant setting, as the chart runs it) memory (in-process windows, the same runtime setting) or shadow (memory, with the load suite's candidate set in --shadow-policy-dir).")
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "With --cpuprofile: skip the comparison, only profile.")
+	flag.Float64Var(&o.profileRate, "profile-rate", 0, "With --cpuprofile: profile under an open loop of this many requests per second (at most --open-max-in-flight in flight) instead of the closed validate loop (0).")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -313,7 +315,7 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 }
 
 // profile runs qn-webhook with a pprof listener under the closed validate
-// loop and saves a CPU profile of it.
+// loop, or the open one at --profile-rate, and saves a CPU profile of it.
 func profile(ctx context.Context, o options, work string, fixtures []*load.Fixture) error {
 	bin, err := harness.Build(ctx, work, "./test/load/cmd/qnprof")
 	if err != nil {
@@ -346,9 +348,14 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	if pprofAddr == "" {
 		return fmt.Errorf("qnprof did not say where pprof listens:\n%s", srv.Logs())
 	}
-	client := load.NewClient(srv.Target, o.concurrency)
-	defer client.Close()
 	ld := load.Load{Calls: load.Mix(fixtures, false), Concurrency: o.concurrency, Duration: o.profileDuration + 2*time.Second}
+	loop := "the closed validate loop"
+	if o.profileRate > 0 {
+		ld.Concurrency, ld.Rate = o.openInFlight, o.profileRate
+		loop = fmt.Sprintf("an open validate loop of %.0f req/s", o.profileRate)
+	}
+	client := load.NewClient(srv.Target, ld.Concurrency)
+	defer client.Close()
 	done := make(chan error, 1)
 	sampler, err := load.StartSampler(srv.PID, 50*time.Millisecond, srv.HelperPIDs...)
 	if err != nil {
@@ -364,8 +371,8 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 			// of it, so a profile's share of a function converts to µs per
 			// request.
 			n := time.Duration(r.Requests)
-			logf("profiled run: %d requests, %.0f req/s, server CPU %s per request (of which helpers such as redis-server %s), load average %s",
-				r.Requests, r.Throughput(), usage.CPU/n, usage.HelperCPU/n, load.LoadAverage())
+			logf("profiled run: %d requests, %.0f req/s, p50 %s, p99 %s, server CPU %s per request (of which helpers such as redis-server %s), load average %s",
+				r.Requests, r.Throughput(), r.Percentile(50), r.Percentile(99), usage.CPU/n, usage.HelperCPU/n, load.LoadAverage())
 		}
 		done <- err
 	}()
@@ -389,7 +396,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	if err := <-done; err != nil {
 		return err
 	}
-	logf("CPU profile of qn-webhook (%s) under the closed validate loop: %s (go tool pprof -top %s)", o.profileTarget, o.cpuProfile, o.cpuProfile)
+	logf("CPU profile of qn-webhook (%s) under %s: %s (go tool pprof -top %s)", o.profileTarget, loop, o.cpuProfile, o.cpuProfile)
 	return nil
 }
 
