@@ -14,6 +14,7 @@ import (
 
 	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/rego/planeval"
 )
 
 // ShadowMessage is the decision log's message of a shadow disagreement.
@@ -185,12 +186,12 @@ func (s *Shadow) drop(reason string) {
 // Run judges queued requests until ctx ends.
 func (s *Shadow) Run(ctx context.Context) error {
 	// rest is the time owed to the served requests: each judgement that
-	// took d adds d*(1/CPU-1). It is paid in sleeps of at least
+	// ran for d adds d*(1/CPU-1). It is paid in sleeps of at least
 	// shadowMinRest, as a timer wakes late on a busy node; a sleep that
 	// overran pays for the judgements after it.
 	var rest time.Duration
-	// busyFrom is when the shadow may next judge while served requests
-	// are in progress: a judgement that took d in a busy moment moves it
+	// busyFrom is when the shadow may next judge while the server is not
+	// idle: a judgement that ran for d in busy moments moves it
 	// d*(1/BusyCPU-1) on.
 	busyFrom := time.Now()
 	wait := time.NewTimer(time.Hour)
@@ -200,13 +201,17 @@ func (s *Shadow) Run(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		start := time.Now()
-		s.judge(ctx, &j)
-		took := time.Since(start)
-		if busy {
-			busyFrom = time.Now().Add(time.Duration(float64(took) * (1/s.opts.BusyCPU - 1)))
+		g := &judgement{s: s, ctx: ctx, wait: wait, busyFrom: busyFrom, busy: busy, since: time.Now()}
+		judgeCtx := ctx
+		if s.opts.Activity != nil {
+			judgeCtx = planeval.WithYield(ctx, g.giveWay)
 		}
-		rest += time.Duration(float64(took) * (1/s.opts.CPU - 1))
+		s.judge(judgeCtx, &j)
+		ran, ranBusy := g.end()
+		if ranBusy > 0 {
+			busyFrom = time.Now().Add(time.Duration(float64(ranBusy) * (1/s.opts.BusyCPU - 1)))
+		}
+		rest += time.Duration(float64(ran) * (1/s.opts.CPU - 1))
 		if rest < shadowMinRest {
 			continue
 		}
@@ -221,9 +226,9 @@ func (s *Shadow) Run(ctx context.Context) error {
 	}
 }
 
-// next waits for the next request to judge and a moment to judge it in:
-// one when no served request is in progress, or, after busyFrom, any. busy
-// says the moment was not idle. Without an Activity every moment is idle.
+// next waits for a request to judge and a moment to judge it in (await).
+// busy says the moment was not idle. Without an Activity every moment is
+// idle.
 func (s *Shadow) next(ctx context.Context, busyFrom time.Time, wait *time.Timer) (j shadowJob, busy, ok bool) {
 	a := s.opts.Activity
 	if a == nil {
@@ -235,38 +240,113 @@ func (s *Shadow) next(ctx context.Context, busyFrom time.Time, wait *time.Timer)
 			return j, false, true
 		}
 	}
+	// Only this goroutine receives, so a queued request stays queued.
+	for len(s.queue) == 0 {
+		// Submit does not wake the worker (it runs inside a served
+		// request): it looks again when the served requests reach none,
+		// or after shadowPoll.
+		wait.Reset(shadowPoll)
+		select {
+		case <-ctx.Done():
+			return j, false, false
+		case <-a.idle:
+		case <-wait.C:
+		}
+	}
+	if busy, ok = s.await(ctx, busyFrom, wait); !ok {
+		return j, false, false
+	}
+	j = <-s.queue
+	s.queued.Add(-j.bytes)
+	return j, busy, true
+}
+
+// await waits for a moment to judge in: an idle one, with no served
+// request in progress and the CPUs quiet; once busyFrom has passed, one
+// with no served request in progress though the CPUs are busy; and, when
+// no such moment has come for shadowPoll after busyFrom or after the wait
+// began, any, so that a server that is never idle still has a sample
+// judged. busy says the moment is not idle; ok is false when ctx ended.
+func (s *Shadow) await(ctx context.Context, busyFrom time.Time, wait *time.Timer) (busy, ok bool) {
+	a := s.opts.Activity
+	anyFrom := later(busyFrom, time.Now()).Add(shadowPoll)
 	for {
-		// Only this goroutine receives, so a queued request stays queued.
-		queued := len(s.queue) > 0
 		served := a.Idle()
 		cpuQuiet := !served || s.opts.CPUQuiet == nil || s.opts.CPUQuiet()
-		idle := served && cpuQuiet
-		if queued && (idle || !time.Now().Before(busyFrom)) {
-			j = <-s.queue
-			s.queued.Add(-j.bytes)
-			return j, !idle, true
+		if served && cpuQuiet {
+			return false, true
 		}
-		// The handler signals each moment the served requests reach none;
-		// Submit does not wake the worker (it runs inside a served
-		// request), so with nothing queued the worker looks again after
-		// shadowPoll, and with something queued at busyFrom at the latest.
-		// While the CPUs are busy, the ends of requests do not wake it
-		// either: each wake-up costs CPU that others wait for.
-		d, idleSignal := shadowPoll, a.idle
-		if queued {
-			d = min(d, time.Until(busyFrom))
+		now := time.Now()
+		if !now.Before(anyFrom) || (served && !now.Before(busyFrom)) {
+			return true, true
 		}
+		// The handler signals each moment the served requests reach none.
+		// While the CPUs are busy the ends of requests do not wake the
+		// worker (each wake-up costs CPU that others wait for): it looks
+		// again every shadowPressurePoll.
+		d, idleSignal := anyFrom.Sub(now), a.idle
+		if now.Before(busyFrom) {
+			d = busyFrom.Sub(now)
+		}
+		d = min(d, shadowPoll)
 		if !cpuQuiet {
 			d, idleSignal = min(d, shadowPressurePoll), nil
 		}
 		wait.Reset(d)
 		select {
 		case <-ctx.Done():
-			return j, false, false
+			return false, false
 		case <-idleSignal:
 		case <-wait.C:
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// judgement times one judgement, apart from the moments it gave way to
+// served requests. One that began in an idle moment gives way at each step
+// of its evaluation (planeval.WithYield): while a served request is in
+// progress it waits, until the server is idle again (await) or the busy
+// share lets it go on as a busy one. So a judgement holds a CPU beside a
+// served request for one step at most, unless it is the busy sample.
+type judgement struct {
+	s        *Shadow
+	ctx      context.Context
+	wait     *time.Timer
+	busyFrom time.Time
+	// busy: running as the busy sample, it gives way no more.
+	busy bool
+	// since is when the current stretch of running began; ran and ranBusy
+	// add up the stretches before it.
+	since        time.Time
+	ran, ranBusy time.Duration
+}
+
+func (g *judgement) giveWay() {
+	if g.busy || g.s.opts.Activity.Idle() {
+		return
+	}
+	g.ran += time.Since(g.since)
+	busy, ok := g.s.await(g.ctx, g.busyFrom, g.wait)
+	g.busy = busy && ok
+	g.since = time.Now()
+}
+
+// end returns how long the judgement ran, and how much of that in busy
+// moments.
+func (g *judgement) end() (ran, ranBusy time.Duration) {
+	d := time.Since(g.since)
+	g.ran += d
+	if g.busy {
+		g.ranBusy += d
+	}
+	return g.ran, g.ranBusy
 }
 
 // Activity counts the requests being served, so that background work
@@ -319,6 +399,10 @@ func (s *Shadow) judge(ctx context.Context, j *shadowJob) {
 		d = e.Mutate(ctx, &j.in)
 	} else {
 		d = e.Validate(ctx, &j.in)
+	}
+	if ctx.Err() != nil {
+		// Shutting down: the evaluation was cut short, not answered.
+		return
 	}
 	s.judged.Add(1)
 	s.metrics.evaluations.Inc()

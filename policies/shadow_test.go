@@ -258,3 +258,53 @@ func TestShadowJudgesInTheMomentsBetweenServedRequests(t *testing.T) {
 		t.Fatal("the activity does not read idle after every request ended")
 	}
 }
+
+// slowCandidatePolicy takes about 90,000 evaluation steps to admit anything.
+const slowCandidatePolicy = `package p
+deny contains "never" if {
+	some i in numbers.range(1, 300)
+	some j in numbers.range(1, 300)
+	i * j == -1
+}
+`
+
+// A judgement that began in an idle moment gives way to a served request
+// that begins while it runs: it waits, at the step it had reached, until
+// none is in progress, and only then finishes.
+func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
+	r := newShadowRig(t, servedPolicy, slowCandidatePolicy, 8)
+	activity := NewActivity()
+	r.shadow.opts.Activity = activity
+	r.shadow.opts.BusyCPU = 1e-9
+	r.run(t)
+	wake := func() { activity.Begin(); activity.End() } // signals an idle moment
+	submit := func(user string) { r.shadowed.Validate(context.Background(), node{user: user}.input()) }
+
+	// How long a judgement takes alone.
+	submit("alone")
+	start := time.Now()
+	wake()
+	r.settle(t, 1)
+	alone := time.Since(start)
+	t.Logf("a judgement alone: %s", alone)
+	if alone < 30*time.Millisecond {
+		t.Skipf("a judgement of the slow candidate took %s: too quick to be caught halfway", alone)
+	}
+	// A busy-moment judgement, at a share so small that the next may come
+	// only hours later: from now on a judgement may run only when idle.
+	activity.Begin()
+	submit("busy")
+	r.settle(t, 2)
+
+	submit("interrupted")
+	activity.End()
+	time.Sleep(alone / 10) // the judgement is under way
+	activity.Begin()       // and a served request begins
+	waited := max(10*alone, 500*time.Millisecond)
+	time.Sleep(waited)
+	if n := r.shadow.judged.Load(); n != 2 {
+		t.Fatalf("a judgement that takes %s alone finished while a served request was in progress (%s): it did not give way", alone, waited)
+	}
+	activity.End()
+	r.settle(t, 3)
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -98,6 +99,11 @@ func outcome(d policies.Decision) string {
 
 // writeReview sends rev with an HTTP status. The apiserver reads a decision
 // only from a 200; other statuses are for requests that were not reviews.
+// The answer is flushed at once: the decision line and metrics that follow
+// do not delay it, and the request ends (webhook.HandlerOptions.Activity)
+// only once its answer is on its way, so background work that waits for
+// that moment (the shadow) does not compete with the answer's encryption
+// and write.
 func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionReview) {
 	body, err := json.Marshal(rev)
 	if err != nil {
@@ -106,8 +112,10 @@ func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionRe
 		status = http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+	_ = http.NewResponseController(w).Flush()
 }
 
 // writeRequestError answers a request we refused before any policy ran.

@@ -137,6 +137,7 @@ func (p *Program) EvalSteps(ctx context.Context, input ast.Value) ([]*ast.Term, 
 	defer s.release()
 	s.steps = 0
 	s.ctx = ctx
+	s.yield, _ = ctx.Value(yieldKey{}).(func())
 	s.gen++
 	if ctx.Done() != nil {
 		gen := s.gen
@@ -208,6 +209,8 @@ type state struct {
 	results      []*ast.Term
 	now          *ast.Term
 	steps        int
+	// yield, when set (WithYield), is called at every step.
+	yield func()
 	// A built-in call's results (collectResult) and its cache, shared by
 	// the evaluation's calls as topdown shares one.
 	collect     func(*ast.Term) error
@@ -251,6 +254,7 @@ func (s *state) release() {
 	s.results = s.results[:0]
 	clear(s.memo)
 	s.ctx = nil
+	s.yield = nil
 	s.now = nil
 	clear(s.cache) // a built-in cache per evaluation, as topdown keeps one
 	s.prog.pool.Put(s)
@@ -261,13 +265,33 @@ func (s *state) release() {
 var errCancelled = &topdown.Error{Code: topdown.CancelErr, Message: "caller cancelled query execution"}
 
 // check is called on every function call and loop step: it ends the
-// evaluation once its context is done.
+// evaluation once its context is done, and gives way where the context
+// says to (WithYield).
 func (s *state) check() error {
 	s.steps++
 	if s.Cancelled() {
 		return errCancelled
 	}
+	if s.yield != nil {
+		s.yield()
+		// A wait may outlast the deadline: stop at once rather than when
+		// the context's AfterFunc has run.
+		if s.ctx.Err() != nil {
+			return errCancelled
+		}
+	}
 	return nil
+}
+
+type yieldKey struct{}
+
+// WithYield returns a context under which a plan's evaluation calls yield
+// at each of its steps (function calls and loop iterations). Work that must
+// not delay more urgent work (the shadow policy set, judging beside served
+// requests) passes a yield that waits while that work is in progress; a
+// deadline still ends the evaluation at the step after it passes.
+func WithYield(ctx context.Context, yield func()) context.Context {
+	return context.WithValue(ctx, yieldKey{}, yield)
 }
 
 // Cancelled reports whether this evaluation's context has ended. The state

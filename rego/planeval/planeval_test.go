@@ -300,3 +300,52 @@ func TestBaseDocumentsReadAsTopdownReadsThem(t *testing.T) {
 		})
 	}
 }
+
+// Under WithYield the evaluation gives way at every step, and a deadline
+// that passes while it waits still ends it.
+func TestEvaluationYieldsAtEveryStep(t *testing.T) {
+	module := "package p\nr contains v if some v in input.list\n"
+	prog, err := New(plan(t, module, "x := data.p.r"), "eval", ast.NewObject())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := make([]any, 500)
+	for i := range list {
+		list[i] = i
+	}
+	in, err := ast.InterfaceToValue(map[string]any{"list": list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yields := 0
+	_, steps, err := prog.EvalSteps(WithYield(context.Background(), func() { yields++ }), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if yields != steps || steps < 500 {
+		t.Errorf("the evaluation yielded %d times in %d steps over 500 elements: want once per step", yields, steps)
+	}
+	// The pooled state forgets the yield: a later evaluation without one
+	// calls nothing.
+	before := yields
+	if _, _, err := prog.EvalSteps(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	if yields != before {
+		t.Errorf("an evaluation without WithYield called the last evaluation's yield %d times", yields-before)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := 0
+	_, _, err = prog.EvalSteps(WithYield(ctx, func() {
+		if waited++; waited == 3 {
+			cancel() // the deadline passes while the evaluation gives way
+		}
+	}), in)
+	var te *topdown.Error
+	if !errors.As(err, &te) || te.Code != topdown.CancelErr {
+		t.Fatalf("an evaluation whose context ended while it gave way: error %v, want topdown's cancel error", err)
+	}
+	if waited != 3 {
+		t.Errorf("the evaluation gave way %d times, want it to stop at the step after its context ended (3)", waited)
+	}
+}
