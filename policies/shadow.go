@@ -91,6 +91,8 @@ type Shadow struct {
 	queued atomic.Int64
 
 	judged, dropped, disagreed atomic.Int64
+	// gaveWay counts judgements abandoned for a served request (givingWay).
+	gaveWay atomic.Int64
 	metrics                    shadowMetrics
 	// reads is what Shadowed.ObjectReads last answered, for the sets it
 	// answered for.
@@ -186,32 +188,39 @@ func (s *Shadow) drop(reason string) {
 // Run judges queued requests until ctx ends.
 func (s *Shadow) Run(ctx context.Context) error {
 	// rest is the time owed to the served requests: each judgement that
-	// ran for d adds d*(1/CPU-1). It is paid in sleeps of at least
+	// took d adds d*(1/CPU-1). It is paid in sleeps of at least
 	// shadowMinRest, as a timer wakes late on a busy node; a sleep that
 	// overran pays for the judgements after it.
 	var rest time.Duration
 	// busyFrom is when the shadow may next judge while the server is not
-	// idle: a judgement that ran for d in busy moments moves it
+	// idle: a judgement that took d in a busy moment moves it
 	// d*(1/BusyCPU-1) on.
 	busyFrom := time.Now()
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
+	var (
+		j    shadowJob
+		busy bool
+		ok   bool
+		// again: j gave way to a served request and is judged again.
+		again bool
+	)
 	for {
-		j, busy, ok := s.next(ctx, busyFrom, wait)
+		if again {
+			busy, ok = s.await(ctx, busyFrom, wait)
+		} else {
+			j, busy, ok = s.next(ctx, busyFrom, wait)
+		}
 		if !ok {
 			return nil
 		}
-		g := &judgement{s: s, ctx: ctx, wait: wait, busyFrom: busyFrom, busy: busy, since: time.Now()}
-		judgeCtx := ctx
-		if s.opts.Activity != nil {
-			judgeCtx = planeval.WithYield(ctx, g.giveWay)
+		start := time.Now()
+		again = !s.judge(ctx, &j, busy)
+		took := time.Since(start)
+		if busy {
+			busyFrom = time.Now().Add(time.Duration(float64(took) * (1/s.opts.BusyCPU - 1)))
 		}
-		s.judge(judgeCtx, &j)
-		ran, ranBusy := g.end()
-		if ranBusy > 0 {
-			busyFrom = time.Now().Add(time.Duration(float64(ranBusy) * (1/s.opts.BusyCPU - 1)))
-		}
-		rest += time.Duration(float64(ran) * (1/s.opts.CPU - 1))
+		rest += time.Duration(float64(took) * (1/s.opts.CPU - 1))
 		if rest < shadowMinRest {
 			continue
 		}
@@ -269,7 +278,11 @@ func (s *Shadow) next(ctx context.Context, busyFrom time.Time, wait *time.Timer)
 // judged. busy says the moment is not idle; ok is false when ctx ended.
 func (s *Shadow) await(ctx context.Context, busyFrom time.Time, wait *time.Timer) (busy, ok bool) {
 	a := s.opts.Activity
-	anyFrom := later(busyFrom, time.Now()).Add(shadowPoll)
+	anyFrom := busyFrom
+	if now := time.Now(); now.After(anyFrom) {
+		anyFrom = now
+	}
+	anyFrom = anyFrom.Add(shadowPoll)
 	for {
 		served := a.Idle()
 		cpuQuiet := !served || s.opts.CPUQuiet == nil || s.opts.CPUQuiet()
@@ -302,51 +315,25 @@ func (s *Shadow) await(ctx context.Context, busyFrom time.Time, wait *time.Timer
 	}
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+// givingWay abandons a judgement begun in an idle moment as soon as a
+// served request begins: the evaluation calls it at each of its steps
+// (planeval.WithYield), so the judgement holds a CPU beside a served
+// request for one step at most. The worker judges the request again in the
+// next moment await finds; only a judgement in a busy moment (the busy
+// sample) runs beside served requests to its end. Abandoning rather than
+// pausing keeps the evaluation's deadline and the memory guard's age
+// meaning what they mean for the served set.
+type givingWay struct {
+	activity *Activity
+	cancel   context.CancelFunc
+	gaveWay  bool
 }
 
-// judgement times one judgement, apart from the moments it gave way to
-// served requests. One that began in an idle moment gives way at each step
-// of its evaluation (planeval.WithYield): while a served request is in
-// progress it waits, until the server is idle again (await) or the busy
-// share lets it go on as a busy one. So a judgement holds a CPU beside a
-// served request for one step at most, unless it is the busy sample.
-type judgement struct {
-	s        *Shadow
-	ctx      context.Context
-	wait     *time.Timer
-	busyFrom time.Time
-	// busy: running as the busy sample, it gives way no more.
-	busy bool
-	// since is when the current stretch of running began; ran and ranBusy
-	// add up the stretches before it.
-	since        time.Time
-	ran, ranBusy time.Duration
-}
-
-func (g *judgement) giveWay() {
-	if g.busy || g.s.opts.Activity.Idle() {
-		return
+func (g *givingWay) yield() {
+	if !g.gaveWay && !g.activity.Idle() {
+		g.gaveWay = true
+		g.cancel()
 	}
-	g.ran += time.Since(g.since)
-	busy, ok := g.s.await(g.ctx, g.busyFrom, g.wait)
-	g.busy = busy && ok
-	g.since = time.Now()
-}
-
-// end returns how long the judgement ran, and how much of that in busy
-// moments.
-func (g *judgement) end() (ran, ranBusy time.Duration) {
-	d := time.Since(g.since)
-	g.ran += d
-	if g.busy {
-		g.ranBusy += d
-	}
-	return g.ran, g.ranBusy
 }
 
 // Activity counts the requests being served, so that background work
@@ -378,12 +365,23 @@ func (a *Activity) End() {
 // Idle says no request is being served.
 func (a *Activity) Idle() bool { return a.inProgress.Load() == 0 }
 
-// judge answers one request with the candidate and compares.
-func (s *Shadow) judge(ctx context.Context, j *shadowJob) {
+// judge answers one request with the candidate and compares. A judgement
+// in an idle moment (busy false) gives way to a served request that begins
+// while it runs (givingWay): judge then returns false and the request is
+// to be judged again.
+func (s *Shadow) judge(ctx context.Context, j *shadowJob, busy bool) bool {
 	set := s.candidate.Current()
 	if set == nil {
 		s.drop("unloaded")
-		return
+		return true
+	}
+	evalCtx := ctx
+	var g *givingWay
+	if s.opts.Activity != nil && !busy {
+		g = &givingWay{activity: s.opts.Activity}
+		evalCtx, g.cancel = context.WithCancel(ctx)
+		defer g.cancel()
+		evalCtx = planeval.WithYield(evalCtx, g.yield)
 	}
 	// The served request took its window slot when it was admitted: the
 	// candidate sees the window without it, as the served policies did.
@@ -396,24 +394,29 @@ func (s *Shadow) judge(ctx context.Context, j *shadowJob) {
 	e := NewEngine(set, EngineOptions{Windows: window.NewView(s.opts.Windows, skip)})
 	var d Decision
 	if j.path == PathMutate {
-		d = e.Mutate(ctx, &j.in)
+		d = e.Mutate(evalCtx, &j.in)
 	} else {
-		d = e.Validate(ctx, &j.in)
+		d = e.Validate(evalCtx, &j.in)
 	}
-	if ctx.Err() != nil {
+	switch {
+	case g != nil && g.gaveWay:
+		s.gaveWay.Add(1)
+		return false
+	case ctx.Err() != nil:
 		// Shutting down: the evaluation was cut short, not answered.
-		return
+		return true
 	}
 	s.judged.Add(1)
 	s.metrics.evaluations.Inc()
 	s.metrics.lag.Observe(time.Since(j.at).Seconds())
 	if Agree(j.served, d) {
-		return
+		return true
 	}
 	s.disagreed.Add(1)
 	from, to := AnswerClass(j.path, j.served), AnswerClass(j.path, d)
 	s.metrics.disagreements.WithLabelValues(s.roleLabel(j.served.Role), from, to).Inc()
 	s.log(ctx, j, d, from, to)
+	return true
 }
 
 // roleLabel keeps the role label in the served set's roles.

@@ -269,8 +269,8 @@ deny contains "never" if {
 `
 
 // A judgement that began in an idle moment gives way to a served request
-// that begins while it runs: it waits, at the step it had reached, until
-// none is in progress, and only then finishes.
+// that begins while it runs: it is abandoned at the step it had reached,
+// and judged again, whole, once none is in progress.
 func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
 	r := newShadowRig(t, servedPolicy, slowCandidatePolicy, 8)
 	activity := NewActivity()
@@ -305,6 +305,12 @@ func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
 	if n := r.shadow.judged.Load(); n != 2 {
 		t.Fatalf("a judgement that takes %s alone finished while a served request was in progress (%s): it did not give way", alone, waited)
 	}
+	if n := r.shadow.gaveWay.Load(); n != 1 {
+		t.Errorf("%d judgements gave way, want 1", n)
+	}
 	activity.End()
 	r.settle(t, 3)
+	if n := r.shadow.disagreed.Load(); n != 0 {
+		t.Errorf("the shadow counted %d disagreements: an abandoned judgement must not count as the candidate's answer", n)
+	}
 }
