@@ -93,7 +93,7 @@ type Shadow struct {
 	judged, dropped, disagreed atomic.Int64
 	// gaveWay counts judgements abandoned for a served request (givingWay).
 	gaveWay atomic.Int64
-	metrics                    shadowMetrics
+	metrics shadowMetrics
 	// reads is what Shadowed.ObjectReads last answered, for the sets it
 	// answered for.
 	reads atomic.Pointer[shadowReads]
