@@ -35,6 +35,10 @@ const (
 	// when the server is never idle it still judges a sample, at a cost
 	// the served requests barely see.
 	DefaultShadowBusyShare = 0.1
+	// shadowStarved is how long the shadow goes without an idle moment
+	// to judge in before it judges that sample: a server that has idle
+	// moments, however few, is judged in those alone.
+	shadowStarved = time.Second
 	// shadowPoll is the longest the worker sleeps, with requests queued
 	// and served ones in progress, before it looks again; shadowPressurePoll
 	// when none is in progress but tasks wait for a CPU.
@@ -59,9 +63,10 @@ type ShadowOptions struct {
 	// Activity, when set, counts the served requests in progress (the
 	// webhook handler begins and ends each): the shadow judges in the
 	// moments when none is, so a judgement never competes with a served
-	// request for a CPU, and while no such moment comes it judges at
-	// BusyCPU of a CPU (default CPU*DefaultShadowBusyShare). Without it,
-	// the shadow judges as soon as its share allows.
+	// request for a CPU, and once no such moment has come for a second it
+	// judges at BusyCPU of a CPU (default CPU*DefaultShadowBusyShare)
+	// until one comes. Without it, the shadow judges as soon as its share
+	// allows.
 	Activity *Activity
 	BusyCPU  float64
 	// CPUQuiet, when set with Activity, says no task has been waiting for a
@@ -193,9 +198,10 @@ func (s *Shadow) Run(ctx context.Context) error {
 	// overran pays for the judgements after it.
 	var rest time.Duration
 	// busyFrom is when the shadow may next judge while the server is not
-	// idle: a judgement that took d in a busy moment moves it
-	// d*(1/BusyCPU-1) on.
-	busyFrom := time.Now()
+	// idle: shadowStarved after its last judgement in an idle moment, and
+	// a judgement that took d in a busy moment moves it d*(1/BusyCPU-1)
+	// on.
+	busyFrom := time.Now().Add(shadowStarved)
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
 	var (
@@ -217,8 +223,11 @@ func (s *Shadow) Run(ctx context.Context) error {
 		start := time.Now()
 		again = !s.judge(ctx, &j, busy)
 		took := time.Since(start)
-		if busy {
-			busyFrom = time.Now().Add(time.Duration(float64(took) * (1/s.opts.BusyCPU - 1)))
+		switch now := time.Now(); {
+		case busy:
+			busyFrom = now.Add(time.Duration(float64(took) * (1/s.opts.BusyCPU - 1)))
+		case !again && now.Add(shadowStarved).After(busyFrom):
+			busyFrom = now.Add(shadowStarved)
 		}
 		rest += time.Duration(float64(took) * (1/s.opts.CPU - 1))
 		if rest < shadowMinRest {

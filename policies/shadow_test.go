@@ -314,3 +314,32 @@ func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
 		t.Errorf("the shadow counted %d disagreements: an abandoned judgement must not count as the candidate's answer", n)
 	}
 }
+
+// The busy sample is for a server that has no idle moments: after a
+// judgement in an idle moment, the shadow judges beside served requests
+// only once no idle moment has come for shadowStarved.
+func TestTheBusySampleWaitsUntilNoIdleMomentHasCome(t *testing.T) {
+	r := newShadowRig(t, servedPolicy, candidatePolicy, 8)
+	activity := NewActivity()
+	r.shadow.opts.Activity = activity
+	r.shadow.opts.BusyCPU = 1 // the busy share alone would let it judge at once
+	r.run(t)
+	time.Sleep(shadowStarved) // long enough after the start for a busy sample
+	r.shadowed.Validate(context.Background(), node{user: "idle"}.input())
+	activity.Begin()
+	activity.End() // an idle moment
+	r.settle(t, 1)
+	judgedIdle := time.Now()
+
+	activity.Begin() // a served request in progress from now on
+	r.shadowed.Validate(context.Background(), node{user: "busy"}.input())
+	time.Sleep(shadowStarved / 3)
+	if n := r.shadow.judged.Load(); n != 1 {
+		t.Fatalf("the shadow judged beside a served request %s after judging in an idle moment: want it to wait %s for one", time.Since(judgedIdle), shadowStarved)
+	}
+	r.settle(t, 2)
+	if waited := time.Since(judgedIdle); waited < shadowStarved*9/10 {
+		t.Errorf("the busy sample came %s after the last idle moment's judgement, want %s or more", waited, shadowStarved)
+	}
+	activity.End()
+}
