@@ -39,6 +39,9 @@ const (
 	// to judge in before it judges that sample: a server that has idle
 	// moments, however few, is judged in those alone.
 	shadowStarved = time.Second
+	// shadowGiveWays is how many times a request's judgement may be
+	// abandoned for served requests before one runs to its end.
+	shadowGiveWays = 3
 	// shadowPoll is the longest the worker sleeps, with requests queued
 	// and served ones in progress, before it looks again; shadowPressurePoll
 	// when none is in progress but tasks wait for a CPU.
@@ -115,6 +118,8 @@ type shadowJob struct {
 	served Decision
 	bytes  int64
 	at     time.Time
+	// gaveWay counts the judgements of it abandoned for served requests.
+	gaveWay int
 }
 
 type shadowMetrics struct {
@@ -220,8 +225,14 @@ func (s *Shadow) Run(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
+		// A judgement begun with no served request in progress, idle
+		// moment or busy sample, gives way to one that begins, and after
+		// shadowGiveWays abandoned tries runs to its end.
+		giveWay := s.opts.Activity != nil && s.opts.Activity.Idle() && j.gaveWay < shadowGiveWays
 		start := time.Now()
-		again = !s.judge(ctx, &j, busy)
+		if again = !s.judge(ctx, &j, giveWay); again {
+			j.gaveWay++
+		}
 		took := time.Since(start)
 		switch now := time.Now(); {
 		case busy:
@@ -324,14 +335,15 @@ func (s *Shadow) await(ctx context.Context, busyFrom time.Time, wait *time.Timer
 	}
 }
 
-// givingWay abandons a judgement begun in an idle moment as soon as a
-// served request begins: the evaluation calls it at each of its steps
+// givingWay abandons a judgement begun with no served request in progress
+// as soon as one begins: the evaluation calls it at each of its steps
 // (planeval.WithYield), so the judgement holds a CPU beside a served
 // request for one step at most. The worker judges the request again in the
-// next moment await finds; only a judgement in a busy moment (the busy
-// sample) runs beside served requests to its end. Abandoning rather than
-// pausing keeps the evaluation's deadline and the memory guard's age
-// meaning what they mean for the served set.
+// next moment await finds. Only the busy sample of a server with no such
+// moments, and a request abandoned shadowGiveWays times, are judged beside
+// served requests to the end. Abandoning rather than pausing keeps the
+// evaluation's deadline and the memory guard's age meaning what they mean
+// for the served set.
 type givingWay struct {
 	activity *Activity
 	cancel   context.CancelFunc
@@ -374,11 +386,11 @@ func (a *Activity) End() {
 // Idle says no request is being served.
 func (a *Activity) Idle() bool { return a.inProgress.Load() == 0 }
 
-// judge answers one request with the candidate and compares. A judgement
-// in an idle moment (busy false) gives way to a served request that begins
-// while it runs (givingWay): judge then returns false and the request is
-// to be judged again.
-func (s *Shadow) judge(ctx context.Context, j *shadowJob, busy bool) bool {
+// judge answers one request with the candidate and compares. With giveWay
+// the judgement gives way to a served request that begins while it runs
+// (givingWay): judge then returns false and the request is to be judged
+// again.
+func (s *Shadow) judge(ctx context.Context, j *shadowJob, giveWay bool) bool {
 	set := s.candidate.Current()
 	if set == nil {
 		s.drop("unloaded")
@@ -386,7 +398,7 @@ func (s *Shadow) judge(ctx context.Context, j *shadowJob, busy bool) bool {
 	}
 	evalCtx := ctx
 	var g *givingWay
-	if s.opts.Activity != nil && !busy {
+	if giveWay {
 		g = &givingWay{activity: s.opts.Activity}
 		evalCtx, g.cancel = context.WithCancel(ctx)
 		defer g.cancel()

@@ -343,3 +343,40 @@ func TestTheBusySampleWaitsUntilNoIdleMomentHasCome(t *testing.T) {
 	}
 	activity.End()
 }
+
+// A request whose judgement keeps being abandoned for served requests is
+// judged to the end on its shadowGiveWays+1st try: a steady stream of
+// short requests, with moments between them, cannot starve it.
+func TestAJudgementGivesWayABoundedNumberOfTimes(t *testing.T) {
+	r := newShadowRig(t, servedPolicy, slowCandidatePolicy, 8)
+	activity := NewActivity()
+	r.shadow.opts.Activity = activity
+	r.run(t)
+	stop := make(chan struct{})
+	streamed := make(chan struct{})
+	go func() { // a served request of 1 ms every 2 ms
+		defer close(streamed)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			activity.Begin()
+			time.Sleep(time.Millisecond)
+			activity.End()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { close(stop); <-streamed }()
+	r.shadowed.Validate(context.Background(), node{user: "a"}.input())
+	r.settle(t, 1)
+	// Each try is caught by the next request; a try may run unseen only if
+	// this machine stalls the stream for a whole judgement.
+	if n := r.shadow.gaveWay.Load(); n < 1 || n > shadowGiveWays {
+		t.Errorf("the judgement gave way %d times before it ran to its end, want 1 to %d", n, shadowGiveWays)
+	}
+	if n := r.shadow.disagreed.Load(); n != 0 {
+		t.Errorf("%d disagreements: the abandoned tries must not count", n)
+	}
+}
