@@ -168,9 +168,8 @@ func (r *Report) Goals() []Goal {
 				Goal{fmt.Sprintf("open loop %.0f req/s: p99.9", rate), "≤ 10 ms", fmtDur(s.P999), verdict(s.P999 <= 10*time.Millisecond)},
 				Goal{fmt.Sprintf("open loop %.0f req/s: errors", rate), "0", fmt.Sprintf("%d of %d", s.Errors, s.Requests), verdict(s.Errors == 0)})
 		}
-		if with, without := ov.Slices[NameWebhookShadow], ov.Slices[NameWebhook]; len(with) > 0 && len(without) > 0 {
-			c := CompareShadow(with, without)
-			goals = append(goals, Goal{fmt.Sprintf("open loop %.0f req/s: served p99 with a shadow ÷ without, per round", ov.Scenario.Load.Rate), "within noise",
+		for _, c := range r.shadowComparisons(ov) {
+			goals = append(goals, Goal{fmt.Sprintf("open loop %.0f req/s: served p99 with a shadow ÷ without, per round, %s", ov.Scenario.Load.Rate, c.settings), "within noise",
 				c.P99.String() + ", " + c.P99.Verdict(), c.P99.WithinNoise()})
 		}
 		shipped := NameWebhookRedis
@@ -265,7 +264,7 @@ func (r *Report) Markdown() string {
 		"**OPA** (`opa run --server` over TLS, `test/load/opa`: the same QuantumNode rules written as OPA's Kubernetes admission tutorial does, default decision `system/main`, mutation through `/v0/data/system/mutate`, no decision logs, no rate windows); " +
 		"**bare TLS ceiling** (`test/load/cmd/ceiling`: TLS, read, decode the review with encoding/json, answer allowed)")
 	if r.hasTarget(NameWebhookShadow) {
-		b.WriteString("; **" + NameWebhookShadow + "** (qn-webhook as the first, plus `--shadow-policy-dir` holding a candidate set at the default `--shadow-cpu` and `--shadow-queue`: the bundled set with port 22 refused in the default role and the realtime latency budget raised from 50 to 100 ms, so the shadow disagrees on part of the mix; every answer is checked to name the served set's revision; a slice ends when the shadow has judged or dropped each of its requests, and the shadow's counts come from `/metrics` after each slice)")
+		b.WriteString("; **" + NameWebhookShadow + "** (compared with qn-webhook in the same rounds, and with the runtime setting below, as the chart runs it, with qn-webhook at that setting: qn-webhook as the first, plus `--shadow-policy-dir` holding a candidate set at the default `--shadow-cpu` and `--shadow-queue`: the bundled set with port 22 refused in the default role and the realtime latency budget raised from 50 to 100 ms, so the shadow disagrees on part of the mix; every answer is checked to name the served set's revision; a slice ends when the shadow has judged or dropped each of its requests, and the shadow's counts come from `/metrics` after each slice)")
 	}
 	b.WriteString("; **" + NameWebhookRedis + "** (qn-webhook with `--window-store redis` on a redis-server of its own, persistence off, as the chart's bundled one: every request takes a slot in Redis, and redis-server's CPU time is counted in the target's CPU per request)")
 	if v := r.RuntimeVariant; v != "" {
@@ -286,7 +285,8 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\n")
 
-	for _, sc := range r.Scenarios {
+	for i := range r.Scenarios {
+		sc := &r.Scenarios[i]
 		fmt.Fprintf(&b, "#### %s\n\n", sc.Scenario.Title)
 		b.WriteString("| target | req/s (min–max) | p50 | p90 | p99 | p99.9 | max | server CPU/req (min–max) | peak RSS | errors | client CPU/req |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, name := range sc.Scenario.Targets {
@@ -295,8 +295,8 @@ func (r *Report) Markdown() string {
 				name, s.Throughput, s.ThroughputSpread[0], s.ThroughputSpread[1], fmtDur(s.P50), fmtDur(s.P90), fmtDur(s.P99), fmtDur(s.P999), fmtDur(s.Max),
 				micros(s.CPUPerRequest), micros(s.CPUPerRequestSpan[0]), micros(s.CPUPerRequestSpan[1]), mib(s.MaxRSS), s.Errors, s.Requests, micros(s.ClientCPUPerReq))
 		}
-		if with, without := sc.Slices[NameWebhookShadow], sc.Slices[NameWebhook]; len(with) > 0 && len(without) > 0 {
-			b.WriteString("\n" + CompareShadow(with, without).Markdown())
+		for _, c := range r.shadowComparisons(sc) {
+			b.WriteString("\n" + c.Markdown())
 		}
 		if sc.Scenario.Load.Rate > 0 {
 			var lag time.Duration
@@ -321,6 +321,32 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString(EndMarker + "\n")
 	return b.String()
+}
+
+// settingsComparison is a shadow comparison and the runtime setting both
+// of its targets ran with.
+type settingsComparison struct {
+	ShadowComparison
+	settings string
+}
+
+// shadowComparisons compares each shadowed target of sc with qn-webhook
+// at the same runtime setting: Go's defaults, and the runtime variant
+// (the chart's setting) when the run has one.
+func (r *Report) shadowComparisons(sc *ScenarioResult) []settingsComparison {
+	pairs := []struct{ with, without, settings string }{{NameWebhookShadow, NameWebhook, "both with Go's default GC"}}
+	if v := r.RuntimeVariant; v != "" {
+		pairs = append(pairs, struct{ with, without, settings string }{WithRuntime(NameWebhookShadow, v), WithRuntime(NameWebhook, v), "both with " + v})
+	}
+	var out []settingsComparison
+	for _, p := range pairs {
+		if with, without := sc.Slices[p.with], sc.Slices[p.without]; len(with) > 0 && len(without) > 0 {
+			c := CompareShadow(with, without)
+			c.With, c.Without = p.with, p.without
+			out = append(out, settingsComparison{c, p.settings})
+		}
+	}
+	return out
 }
 
 func (r *Report) hasTarget(name string) bool {

@@ -319,6 +319,9 @@ func (r RoundRatios) Verdict() string {
 // ShadowComparison is a shadowed qn-webhook's slices against the same
 // server without a shadow, measured in the same rounds.
 type ShadowComparison struct {
+	// With and Without name the two targets (NameWebhookShadow and
+	// NameWebhook when empty).
+	With, Without                             string
 	Throughput, P50, P99, P999, CPUPerRequest RoundRatios
 	// Shadow sums the shadowed server's counts over its slices.
 	Shadow ShadowCounts
@@ -354,10 +357,14 @@ func (c ShadowComparison) Markdown() string {
 		return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of))
 	}
 	sh := c.Shadow
+	with, without := c.With, c.Without
+	if with == "" {
+		with, without = NameWebhookShadow, NameWebhook
+	}
 	return fmt.Sprintf("**With a shadow vs without** (%s ÷ %s, median of the per-round ratios, min–max over %d rounds): throughput %s, p50 %s, p99 %s, p99.9 %s, server CPU per request %s. "+
 		"Served p99 with a shadow vs without: %s. "+
 		"The shadow judged %d of the %d requests answered (%s) and dropped %d (%s: its queue was full); it disagreed with the served answer on %d (%s of those judged).\n",
-		NameWebhookShadow, NameWebhook, c.P99.Rounds, c.Throughput, c.P50, c.P99, c.P999, c.CPUPerRequest,
+		with, without, c.P99.Rounds, c.Throughput, c.P50, c.P99, c.P999, c.CPUPerRequest,
 		c.P99.Verdict(),
 		sh.Judged, sh.Answered, share(sh.Judged, sh.Answered), sh.Dropped, share(sh.Dropped, sh.Answered), sh.Disagreed, share(sh.Disagreed, sh.Judged))
 }

@@ -167,6 +167,16 @@ func run(ctx context.Context, o options) error {
 		}); err != nil {
 			return err
 		}
+		// And as the chart runs it, compared with qn-webhook at the same
+		// setting: the candidate's heap costs a small heap at Go's default
+		// GC more than it costs the chart's.
+		if v := o.gogcVariant; v != "" {
+			if err := start(load.WithRuntime(load.NameWebhookShadow, v), func() (*load.Server, error) {
+				return load.StartWebhookShadow(load.WithRuntime(load.NameWebhookShadow, v), webhookBin, filepath.Join(work, "qn-shadow-variant-certs"), candidate, []string{v})
+			}); err != nil {
+				return err
+			}
+		}
 	}
 	// Each of qn-webhook, its Redis-windowed form and OPA runs with Go's
 	// defaults and, when given, with the runtime variant: they are
@@ -266,15 +276,17 @@ func pickScenarios(o options, servers map[string]*load.Server) ([]load.Scenario,
 	}
 	variant := func(target string) string { return load.WithRuntime(target, o.gogcVariant) }
 	validateTargets := running(load.NameWebhook, load.NameWebhookShadow, load.NameWebhookExtra, load.NameWebhookRedis, load.NameOPA,
-		variant(load.NameWebhook), variant(load.NameWebhookRedis), variant(load.NameOPA), load.NameCeiling)
-	mutateTargets := running(load.NameWebhook, load.NameWebhookShadow, load.NameOPA, load.NameCeiling)
+		variant(load.NameWebhook), variant(load.NameWebhookShadow), variant(load.NameWebhookRedis), variant(load.NameOPA), load.NameCeiling)
+	mutateTargets := running(load.NameWebhook, load.NameWebhookShadow, variant(load.NameWebhook), variant(load.NameWebhookShadow), load.NameOPA, load.NameCeiling)
 	// The open loop adds the configuration the chart ships: Redis windows
 	// under the chart's runtime setting.
 	shipped := load.NameWebhookRedis
 	if o.gogcVariant != "" {
 		shipped = variant(load.NameWebhookRedis)
 	}
-	openTargets := running(load.NameWebhook, load.NameWebhookShadow, shipped, load.NameOPA, load.NameCeiling)
+	// A shadowed qn-webhook is measured at each setting beside qn-webhook
+	// at the same one.
+	openTargets := running(load.NameWebhook, load.NameWebhookShadow, variant(load.NameWebhook), variant(load.NameWebhookShadow), shipped, load.NameOPA, load.NameCeiling)
 	all := map[string]load.Scenario{
 		load.ScenarioClosedValidate: {
 			Name: load.ScenarioClosedValidate, Title: fmt.Sprintf("Closed loop, /validate, %d in flight", o.concurrency),
