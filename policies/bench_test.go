@@ -168,7 +168,7 @@ func BenchmarkShadowJudge(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		shadow.judge(context.Background(), &shadowJob{path: PathValidate, in: *in, served: d}, true)
+		shadow.judge(context.Background(), &shadowJob{path: PathValidate, in: *in, served: d}, false)
 	}
 }
 

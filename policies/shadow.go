@@ -398,7 +398,7 @@ func (s *Shadow) judge(ctx context.Context, j *shadowJob, giveWay bool) bool {
 	}
 	evalCtx := ctx
 	var g *givingWay
-	if giveWay {
+	if giveWay && s.opts.Activity != nil {
 		g = &givingWay{activity: s.opts.Activity}
 		evalCtx, g.cancel = context.WithCancel(ctx)
 		defer g.cancel()

@@ -334,6 +334,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		answer, in, d := answerDecoded(tr.ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
 		step = tr.step("encode")
 		writeReview(c.Writer, http.StatusOK, answer)
+		flushAnswer(c.Request, c.Writer)
 		endStep(step)
 		h.log(c.Request, webhook, in, d, start)
 		tr.end(in, d, http.StatusOK)

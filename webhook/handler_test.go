@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -351,5 +352,48 @@ func TestEveryRequestCountsAsServedActivityUntilAnswered(t *testing.T) {
 	}
 	if !activity.Idle() {
 		t.Fatal("the activity does not read idle after every request was answered")
+	}
+}
+
+// flushRecorder notes what had happened when the answer was flushed.
+type flushRecorder struct {
+	*httptest.ResponseRecorder
+	flushes      int
+	loggedBefore bool
+	log          *bytes.Buffer
+}
+
+func (r *flushRecorder) Flush() {
+	r.flushes++
+	r.loggedBefore = r.log.Len() > 0
+	r.ResponseRecorder.Flush()
+}
+
+// Over HTTP/1 an answer goes out, with its length, before the decision
+// line is written; over HTTP/2, where the stream ends only with the
+// handler, it is not flushed early.
+func TestAnAnswerIsFlushedBeforeItsDecisionLine(t *testing.T) {
+	var log bytes.Buffer
+	h := NewHandler(fakeDecider{validate: func(context.Context, *policies.Input) policies.Decision { return policies.Allow() }},
+		HandlerOptions{Logger: slog.New(slog.NewJSONHandler(&log, nil))})
+	for _, proto := range []int{1, 2} {
+		log.Reset()
+		req := httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader(reviewBody("CREATE", validObject)))
+		req.ProtoMajor = proto
+		req.Header.Set("Content-Type", "application/json")
+		rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder(), log: &log}
+		h.ServeHTTP(rec, req)
+		if got, want := rec.Header().Get("Content-Length"), strconv.Itoa(rec.Body.Len()); got != want {
+			t.Errorf("HTTP/%d: Content-Length %q, want %q (the body's length)", proto, got, want)
+		}
+		if log.Len() == 0 {
+			t.Fatalf("HTTP/%d: no decision line", proto)
+		}
+		switch {
+		case proto == 1 && (rec.flushes == 0 || rec.loggedBefore):
+			t.Errorf("HTTP/1: flushed %d times, the decision line written before the first: %v; want the answer flushed before it", rec.flushes, rec.loggedBefore)
+		case proto == 2 && rec.flushes > 0:
+			t.Errorf("HTTP/2: the answer was flushed %d times before the handler returned, want none (the stream ends with the handler)", rec.flushes)
+		}
 	}
 }

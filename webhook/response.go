@@ -99,11 +99,6 @@ func outcome(d policies.Decision) string {
 
 // writeReview sends rev with an HTTP status. The apiserver reads a decision
 // only from a 200; other statuses are for requests that were not reviews.
-// The answer is flushed at once: the decision line and metrics that follow
-// do not delay it, and the request ends (webhook.HandlerOptions.Activity)
-// only once its answer is on its way, so background work that waits for
-// that moment (the shadow) does not compete with the answer's encryption
-// and write.
 func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionReview) {
 	body, err := json.Marshal(rev)
 	if err != nil {
@@ -115,7 +110,19 @@ func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionRe
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
-	_ = http.NewResponseController(w).Flush()
+}
+
+// flushAnswer sends a written answer at once over HTTP/1, where its
+// Content-Length lets the caller read it whole: the decision line and
+// metrics that follow do not delay it, and the request ends
+// (HandlerOptions.Activity) only once its answer is on its way, so work
+// that waits for that moment (the shadow) does not compete with the
+// answer's encryption and write. Over HTTP/2 the stream ends only when the
+// handler returns, so a flush would cost one more frame and gain nothing.
+func flushAnswer(r *http.Request, w http.ResponseWriter) {
+	if r.ProtoMajor == 1 {
+		_ = http.NewResponseController(w).Flush()
+	}
 }
 
 // writeRequestError answers a request we refused before any policy ran.
