@@ -160,15 +160,24 @@ func (e *Engine) validateDenyFirst(ctx context.Context, p *Plan, in *Input, v *v
 		judgePatterns(p.Patterns, in, &patterns)
 	}
 	elapsed := time.Since(start)
-	refuses := len(first.Result.Deny) > 0 || len(patterns.Deny) > 0
-	if refuses {
+	if len(first.Result.Deny) > 0 || len(patterns.Deny) > 0 {
 		judged := first.Result
 		judged.Deny = append(slices.Clip(judged.Deny), patterns.Deny...)
 		judged.DenyBy = append(slices.Clip(judged.DenyBy), patterns.DenyBy...)
-		refuses = v.wouldSettle(judged)
+		judged.Warn = append(slices.Clip(judged.Warn), patterns.Warn...)
+		judged.WarnBy = append(slices.Clip(judged.WarnBy), patterns.WarnBy...)
+		if v.wouldSettle(judged) {
+			// A change its deny rules refuse is not counted, so its
+			// window is neither taken nor read: no store call at all,
+			// and the second stage (the warn rules that read the
+			// window, which speak of the change being counted) is not
+			// evaluated, as judge drops what they say on a refusal.
+			e.metrics.evaluated(p.Role, elapsed, nil)
+			return e.judge(ctx, p, v, windowCount{}, judged)
+		}
 	}
 	facts := p.Facts
-	slot, d, done := e.countWindow(ctx, p, v, &facts, refuses)
+	slot, d, done := e.countWindow(ctx, p, v, &facts, false)
 	if done {
 		return d
 	}
@@ -206,6 +215,9 @@ func (e *Engine) failedFirst(ctx context.Context, p *Plan, v *verdict, err error
 // refusal they settle gives the slot back; a change they admit keeps it,
 // unless the window is full.
 func (e *Engine) judge(ctx context.Context, p *Plan, v *verdict, slot windowCount, res rego.Result) Decision {
+	if p.Window != nil && len(res.Deny) > 0 && len(res.WarnBy) > 0 && v.wouldSettle(res) {
+		res = withoutWindowWarnings(res, p.Set.windowWarners)
+	}
 	v.warnings = append(v.warnings, res.Warn...)
 	for _, w := range res.WarnBy {
 		v.findings = append(v.findings, Finding{Source: w.Source, Pattern: w.Pattern, Message: w.Message})
@@ -220,6 +232,36 @@ func (e *Engine) judge(ctx context.Context, p *Plan, v *verdict, slot windowCoun
 		return d
 	}
 	return v.decision()
+}
+
+// withoutWindowWarnings drops from res what the warn rules that may read
+// input.context.window said (packages in readers). Such a rule speaks of
+// the change being counted ("this is change 109 of 120"), and a change the
+// policies refuse is not counted: it takes no slot, and with a shared
+// store its window is not even read (validateDenyFirst). Dropping them
+// here too keeps every path's answer the same. A message another package
+// also gave stays.
+func withoutWindowWarnings(res rego.Result, readers map[string]bool) rego.Result {
+	fromReader := func(en rego.Entry) bool { return !en.Pattern && readers[en.Source] }
+	if !slices.ContainsFunc(res.WarnBy, fromReader) {
+		return res
+	}
+	dropped := map[string]bool{}
+	for _, en := range res.WarnBy {
+		if fromReader(en) {
+			dropped[en.Message] = true
+		}
+	}
+	kept := slices.DeleteFunc(slices.Clone(res.WarnBy), fromReader)
+	for _, en := range kept {
+		delete(dropped, en.Message)
+	}
+	res.Warn = slices.DeleteFunc(slices.Clone(res.Warn), func(m string) bool { return dropped[m] })
+	if len(kept) == 0 {
+		kept = nil
+	}
+	res.WarnBy = kept
+	return res
 }
 
 func (e *Engine) mutate(ctx context.Context, p *Plan, in *Input) Decision {

@@ -52,6 +52,11 @@ type Set struct {
 	// read input.context.window, its validation query in two stages
 	// (Plan.DenyFirst).
 	denyFirst map[string]*rego.Stages
+	// windowWarners are the packages whose warn rules may read
+	// input.context.window: what they say is about the change being
+	// counted, so a change the policies refuse gets none of it
+	// (withoutWindowWarnings). Set when a role has a window.
+	windowWarners map[string]bool
 	// patterns are each role's pattern policies, judged on the validating
 	// path beside the validate query; absent for a role without any.
 	patterns map[string][]*pattern.Policy
@@ -151,6 +156,7 @@ func (s *Set) prepare(ctx context.Context, timeout time.Duration) Problems {
 		if err == nil && s.Roles.Roles[name].Window != nil {
 			if readers == nil {
 				readers = windowReaders(s.Compiled)
+				s.windowWarners = readers["warn"]
 			}
 			if !slices.ContainsFunc(packages, func(p string) bool { return readers["deny"][p] }) {
 				s.denyFirst[name], err = s.Compiled.PrepareStages(ctx, packages, rego.ValidationRules,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/rego"
 	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
@@ -53,10 +54,11 @@ func TestOnStoreErrorDecidesWhileRedisIsDown(t *testing.T) {
 	guard := window.NewGuard(window.NewRedisStore(c, window.RedisOptions{}), window.GuardOptions{Name: "redis", Timeout: 100 * time.Millisecond})
 	e := NewEngine(set, EngineOptions{Windows: guard})
 	seq := 0
-	validate := func(role string) Decision {
+	validateLabelled := func(role string, labels map[string]string) Decision {
 		seq++
-		return e.Validate(context.Background(), node{role: role, user: "alice", uid: fmt.Sprintf("u%d", seq)}.input())
+		return e.Validate(context.Background(), node{role: role, user: "alice", uid: fmt.Sprintf("u%d", seq), labels: labels}.input())
 	}
+	validate := func(role string) Decision { return validateLabelled(role, nil) }
 
 	// Redis answers: both modes count in it, and the report says how.
 	for _, role := range []string{"open", "closed"} {
@@ -76,8 +78,9 @@ func TestOnStoreErrorDecidesWhileRedisIsDown(t *testing.T) {
 
 	srv.Kill()
 	cases := map[string]struct {
-		role  string
-		check func(t *testing.T, d Decision)
+		role   string
+		labels map[string]string
+		check  func(t *testing.T, d Decision)
 	}{
 		"failClosed refuses with 503 and a retry-after": {role: "closed", check: func(t *testing.T, d Decision) {
 			if d.Allowed || d.Code != http.StatusServiceUnavailable || d.RetryAfter != time.Second ||
@@ -89,6 +92,11 @@ func TestOnStoreErrorDecidesWhileRedisIsDown(t *testing.T) {
 			}
 			if strings.Contains(d.Message, srv.Addr) {
 				t.Fatalf("the requester is told Redis's address: %s", d.Message)
+			}
+		}},
+		"failClosed: a change the policies refuse gets its own 403, the store not asked": {role: "closed", labels: map[string]string{"deny": "yes"}, check: func(t *testing.T, d Decision) {
+			if d.Allowed || d.Code != http.StatusForbidden || !slices.Equal(d.Reasons, []string{"labelled deny"}) || d.WindowStore != nil {
+				t.Fatalf("decision %+v store %+v, want the policies' refusal without a store call", d, d.WindowStore)
 			}
 		}},
 		"failClosed under warn enforcement admits with the refusal as a warning": {role: "closedwarn", check: func(t *testing.T, d Decision) {
@@ -104,7 +112,7 @@ func TestOnStoreErrorDecidesWhileRedisIsDown(t *testing.T) {
 		}},
 	}
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) { tc.check(t, validate(tc.role)) })
+		t.Run(name, func(t *testing.T) { tc.check(t, validateLabelled(tc.role, tc.labels)) })
 	}
 	// The local window still holds the limit on its own: one more change
 	// fills it, the next is refused with 429.
@@ -198,9 +206,11 @@ func windowStores(t *testing.T) map[string]func(t *testing.T) window.Store {
 // TestOneWindowCallPerAdmittedRequest: a request with a window costs the
 // store one call: the slot is taken before the policies run, and that
 // call answers the window they read. A dry run only reads. When no deny
-// rule reads the window, a change they refuse, or cannot judge, only reads
-// it too (the deny rules are judged first, DenyFirst); when one does, such
-// a change takes its slot and gives it back (a second call only then).
+// rule reads the window, a change they refuse costs the store no call at
+// all, and one they cannot judge one read (the deny rules are judged
+// first, DenyFirst); when one does, such a change takes its slot and gives
+// it back (a second call only then). Either way a refused change gets no
+// warning from the rules that read the window: it is not counted.
 func TestOneWindowCallPerAdmittedRequest(t *testing.T) {
 	fail := &fstest.MapFile{Data: []byte("package p\n\ndeny contains x if {\n\tinput.context.labels.fail == \"yes\"\n\tx := 1 / 0\n}\n")}
 	denyFirst := windowedSet("user", "")
@@ -211,7 +221,7 @@ func TestOneWindowCallPerAdmittedRequest(t *testing.T) {
 		fsys            fstest.MapFS
 		refused, failed [3]int
 	}{
-		"deny rules that do not read the window": {fsys: denyFirst, refused: [3]int{0, 1, 0}, failed: [3]int{0, 1, 0}},
+		"deny rules that do not read the window": {fsys: denyFirst, refused: [3]int{0, 0, 0}, failed: [3]int{0, 1, 0}},
 		"a deny rule that reads the window":      {fsys: takeFirst, refused: [3]int{1, 0, 1}, failed: [3]int{1, 0, 1}},
 	}
 	for formName, form := range forms {
@@ -227,7 +237,7 @@ func TestOneWindowCallPerAdmittedRequest(t *testing.T) {
 			warnings []string
 		}{
 			"an admitted change: one take":       {n: node{}, allowed: true, calls: [3]int{1, 0, 0}, count: 1, warnings: []string{"window 0/2"}},
-			"a change the policies refuse":       {n: node{labels: map[string]string{"deny": "yes"}}, calls: form.refused, warnings: []string{"window 0/2"}},
+			"a change the policies refuse":       {n: node{labels: map[string]string{"deny": "yes"}}, calls: form.refused, warnings: []string{}},
 			"a change the policies cannot judge": {n: node{labels: map[string]string{"fail": "yes"}}, calls: form.failed},
 			"a dry run: one read":                {n: node{dryRun: true}, allowed: true, calls: [3]int{0, 1, 0}, warnings: []string{"window 0/2"}},
 		}
@@ -373,5 +383,34 @@ func concurrentChanges(t *testing.T, set *Set, store window.Store, name string, 
 	}
 	if d := e.Validate(context.Background(), node{uid: "one-too-many"}.input()); d.Code != http.StatusTooManyRequests {
 		t.Fatalf("the window admitted more than its limit: %d %s", d.Code, d.Message)
+	}
+}
+
+// TestWithoutWindowWarningsKeepsWhatOthersSaid: on a refusal only what the
+// window-reading packages alone said goes; a message another package or a
+// pattern policy also gave stays, in its place.
+func TestWithoutWindowWarningsKeepsWhatOthersSaid(t *testing.T) {
+	res := rego.Result{
+		Deny:   []string{"no"},
+		DenyBy: []rego.Entry{{Source: "p", Message: "no"}},
+		Warn:   []string{"shared", "window 3/4", "other", "from a pattern"},
+		WarnBy: []rego.Entry{
+			{Source: "w", Message: "shared"}, {Source: "w", Message: "window 3/4"},
+			{Source: "p", Message: "other"}, {Source: "p", Message: "shared"},
+			{Source: "w", Message: "from a pattern", Pattern: true},
+		},
+	}
+	got := withoutWindowWarnings(res, map[string]bool{"w": true})
+	if want := []string{"shared", "other", "from a pattern"}; !slices.Equal(got.Warn, want) {
+		t.Fatalf("warnings %q, want %q", got.Warn, want)
+	}
+	if len(got.WarnBy) != 3 || slices.ContainsFunc(got.WarnBy, func(en rego.Entry) bool { return en.Source == "w" && !en.Pattern }) {
+		t.Fatalf("attributions %+v, want those of p and the pattern", got.WarnBy)
+	}
+	if len(res.Warn) != 4 || len(res.WarnBy) != 5 {
+		t.Fatalf("the caller's result changed: %+v", res)
+	}
+	if same := withoutWindowWarnings(res, map[string]bool{"x": true}); !slices.Equal(same.Warn, res.Warn) {
+		t.Fatalf("no reader's warning, yet %q became %q", res.Warn, same.Warn)
 	}
 }
