@@ -432,7 +432,14 @@ func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d p
 	attrs = append(attrs, slog.Float64("latencyMs", float64(elapsed.Microseconds())/1000))
 	// Where the call came from: the address a NetworkPolicy must admit.
 	attrs = append(attrs, slog.String("remote", req.RemoteAddr))
-	h.opts.DecisionLog.LogAttrs(req.Context(), slog.LevelInfo, "admission decision", attrs...)
+	// The record is handed to the handler directly: Logger.LogAttrs would
+	// also walk the stack for a source position the decision log never
+	// prints (runtime.Callers, about 1 % of a request's CPU).
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, "admission decision", 0)
+	r.AddAttrs(attrs...)
+	if l := h.opts.DecisionLog.Handler(); l.Enabled(req.Context(), slog.LevelInfo) {
+		_ = l.Handle(req.Context(), r)
+	}
 }
 
 // field clips one caller-controlled value of a decision line.
