@@ -97,10 +97,10 @@ func (r *Reconciler) conflicts(ctx context.Context, s *qnv1alpha1.HorizontalQNSc
 	for _, h := range hpas.Items {
 		found = append(found, "HorizontalPodAutoscaler "+h.Name)
 	}
-	if r.scaledObjects != nil {
+	if so := r.scaledObjects.Load(); so != nil {
 		objs := &unstructured.UnstructuredList{}
 		objs.SetGroupVersionKind(ScaledObjectGVK.GroupVersion().WithKind(ScaledObjectGVK.Kind + "List"))
-		if err := r.scaledObjects.List(ctx, objs, in...); err != nil {
+		if err := so.List(ctx, objs, in...); err != nil {
 			return nil, fmt.Errorf("list ScaledObjects of %s: %w", key, err)
 		}
 		for _, o := range objs.Items {

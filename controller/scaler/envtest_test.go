@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -44,12 +45,18 @@ import (
 // are shared by every envtest test of the package. Each test works in its
 // own namespace and scenario label. They start on first use, so the unit
 // tests of the package run without the binaries.
-var controlPlane struct {
+// sharedControlPlane is one control plane with its scaler, started on
+// first use and shared by the tests that need it.
+type sharedControlPlane struct {
 	once sync.Once
 	err  error
 	h    *harness
 	stop func()
 }
+
+// controlPlane serves KEDA's ScaledObject from the start; withoutKEDA
+// serves it only once a test installs it.
+var controlPlane, withoutKEDA sharedControlPlane
 
 type harness struct {
 	// client talks to the API server directly, never through a cache.
@@ -68,8 +75,10 @@ var namespaces atomic.Int32
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if controlPlane.stop != nil {
-		controlPlane.stop()
+	for _, cp := range []*sharedControlPlane{&controlPlane, &withoutKEDA} {
+		if cp.stop != nil {
+			cp.stop()
+		}
 	}
 	stopShared()
 	os.Exit(code)
@@ -78,18 +87,30 @@ func TestMain(m *testing.M) {
 // startControlPlane returns the shared harness, starting it on first use.
 func startControlPlane(t testing.TB) *harness {
 	t.Helper()
+	return controlPlane.get(t, true)
+}
+
+// startControlPlaneWithoutKEDA returns a harness of its own whose cluster
+// does not serve ScaledObjects when the scaler starts.
+func startControlPlaneWithoutKEDA(t testing.TB) *harness {
+	t.Helper()
+	return withoutKEDA.get(t, false)
+}
+
+func (cp *sharedControlPlane) get(t testing.TB, keda bool) *harness {
+	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is empty: these tests need a real kube-apiserver, etcd and kube-controller-manager. " +
 			"Run them with `make test`, or `export KUBEBUILDER_ASSETS=$(./hack/k8s-bins.sh)` first")
 	}
 	prom, exp := sharedPrometheus(t)
-	controlPlane.once.Do(func() {
-		controlPlane.h, controlPlane.stop, controlPlane.err = start(prom, exp)
+	cp.once.Do(func() {
+		cp.h, cp.stop, cp.err = start(prom, exp, keda)
 	})
-	if controlPlane.err != nil {
-		t.Fatalf("start the control plane: %v", controlPlane.err)
+	if cp.err != nil {
+		t.Fatalf("start the control plane: %v", cp.err)
 	}
-	return controlPlane.h
+	return cp.h
 }
 
 func testScheme() (*runtime.Scheme, error) {
@@ -100,14 +121,18 @@ func testScheme() (*runtime.Scheme, error) {
 	return scheme, qnv1alpha1.AddToScheme(scheme)
 }
 
-func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func(), err error) {
+func start(prom *promtest.Server, exp *promtest.Exporter, keda bool) (h *harness, stop func(), err error) {
 	began := time.Now()
 	scheme, err := testScheme()
 	if err != nil {
 		return nil, nil, err
 	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	if keda {
+		crds = append(crds, scaledObjectCRD())
+	}
 	env, cfg, err := testharness.StartControlPlane(testharness.ControlPlaneOptions{
-		MoreCRDs:  []*apiextensionsv1.CustomResourceDefinition{scaledObjectCRD()},
+		MoreCRDs:  crds,
 		Configure: func(e *envtest.Environment) { e.Scheme = scheme },
 	})
 	if err != nil {
@@ -159,6 +184,8 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,
+		// Two control planes' scalers may run in this process.
+		Controller: config.Controller{SkipNameValidation: ptr(true)},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create the manager: %w", err)
@@ -187,6 +214,7 @@ func start(prom *promtest.Server, exp *promtest.Exporter) (h *harness, stop func
 		MaxConcurrentReconciles: 8,
 		StatusRefresh:           5 * time.Second,
 		BusyRetry:               100 * time.Millisecond,
+		KEDARecheck:             500 * time.Millisecond,
 	}
 	if err := h.reconciler.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
@@ -285,6 +313,55 @@ type faultyClient struct {
 	pending map[string]statusFault
 	met     map[string]bool
 	lagging map[string]*lag
+	outages map[string]*outage
+}
+
+// outage refuses every status write after a scale in a namespace for a
+// while, as an API server that is down for several polls does.
+type outage struct {
+	length  time.Duration
+	until   time.Time // set by the first write refused
+	refused int
+}
+
+// failFor refuses the status writes after a scale in ns as unavailable
+// for d, counted from the first.
+func (c *faultyClient) failFor(ns string, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outages == nil {
+		c.outages = map[string]*outage{}
+	}
+	c.outages[ns] = &outage{length: d}
+}
+
+// down reports whether a status write in ns is refused now.
+func (c *faultyClient) down(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.outages[ns]
+	if o == nil {
+		return false
+	}
+	now := time.Now()
+	if o.until.IsZero() {
+		o.until = now.Add(o.length)
+	}
+	if !now.Before(o.until) {
+		return false
+	}
+	o.refused++
+	return true
+}
+
+// refused is how many status writes the outage in ns refused.
+func (c *faultyClient) refused(ns string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o := c.outages[ns]; o != nil {
+		return o.refused
+	}
+	return 0
 }
 
 // statusFault is how a status write fails.
@@ -389,6 +466,9 @@ type faultyStatusWriter struct {
 
 func (w faultyStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	sc, ok := obj.(*qnv1alpha1.HorizontalQNScaler)
+	if ok && sc.Status.LastScaleTime != nil && w.c.down(sc.Namespace) {
+		return apierrors.NewServiceUnavailable("the API server is down")
+	}
 	if ok && sc.Status.LastScaleTime != nil {
 		switch w.c.take(sc.Namespace) {
 		case faultConflict:

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -92,15 +94,21 @@ type Reconciler struct {
 	// BusyRetry is when a scaler whose server had no free query slot tries
 	// again at the latest; it is woken sooner when a slot is its.
 	BusyRetry time.Duration
+	// KEDARecheck is how often, while the cluster serves no KEDA
+	// ScaledObjects, the controller looks again, so that KEDA installed
+	// after qn-controller started is seen without a restart (default
+	// 30 s; one discovery request each time).
+	KEDARecheck time.Duration
 
 	metrics *metrics
 	// scaledObjects reads KEDA's ScaledObjects from the manager's cache,
 	// where their target index lives; nil when the cluster serves none.
 	// (A client reads unstructured objects from the API server, which
-	// knows no such index.)
-	scaledObjects client.Reader
+	// knows no such index.) Set once, at start or when KEDA appears.
+	scaledObjects atomic.Pointer[cacheReader]
 	polls         pollTimes
 	written       statusWrites
+	unsaved       unsavedStatuses
 	secrets       *secretCache
 }
 
@@ -171,14 +179,21 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("index HorizontalPodAutoscalers by target: %w", err)
 	}
 	// KEDA is optional: its ScaledObjects are watched when the cluster
-	// serves them at start.
-	if _, err := r.Mapper.RESTMapping(ScaledObjectGVK.GroupKind(), ScaledObjectGVK.Version); err == nil {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(ScaledObjectGVK)
-		if err := indexer.IndexField(ctx, u, scaleTargetIndex, scaledObjectTargetKey); err != nil {
-			return fmt.Errorf("index KEDA ScaledObjects by target: %w", err)
+	// serves them, at start or once KEDA is installed.
+	served, err := r.watchScaledObjects(ctx, mgr)
+	if err != nil {
+		return err
+	}
+	if !served {
+		if r.KEDARecheck <= 0 {
+			r.KEDARecheck = 30 * time.Second
 		}
-		r.scaledObjects = mgr.GetCache()
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			r.awaitKEDA(ctx, mgr)
+			return nil
+		})); err != nil {
+			return fmt.Errorf("add the watch for KEDA's ScaledObjects: %w", err)
+		}
 	}
 	// A scaler waiting for a busy Prometheus is woken when a slot is its.
 	wakeups := make(chan event.GenericEvent, 1024)
@@ -201,6 +216,48 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("build the horizontalqnscaler controller: %w", err)
 	}
 	return nil
+}
+
+// cacheReader is the manager's cache, as the reader of ScaledObjects.
+type cacheReader struct{ client.Reader }
+
+// watchScaledObjects watches and indexes KEDA's ScaledObjects if the
+// cluster serves them; served says whether it does.
+func (r *Reconciler) watchScaledObjects(ctx context.Context, mgr ctrl.Manager) (served bool, err error) {
+	if _, err := r.Mapper.RESTMapping(ScaledObjectGVK.GroupKind(), ScaledObjectGVK.Version); err != nil {
+		return false, nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(ScaledObjectGVK)
+	if err := mgr.GetFieldIndexer().IndexField(ctx, u, scaleTargetIndex, scaledObjectTargetKey); err != nil {
+		return true, fmt.Errorf("index KEDA ScaledObjects by target: %w", err)
+	}
+	r.scaledObjects.Store(&cacheReader{mgr.GetCache()})
+	return true, nil
+}
+
+// awaitKEDA looks for ScaledObjects every KEDARecheck until the cluster
+// serves them, then watches them: from then on a ScaledObject of a
+// scaler's target is a conflict, as for KEDA installed before.
+func (r *Reconciler) awaitKEDA(ctx context.Context, mgr ctrl.Manager) {
+	logger := log.FromContext(ctx).WithName("horizontalqnscaler")
+	tick := time.NewTicker(r.KEDARecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		served, err := r.watchScaledObjects(ctx, mgr)
+		switch {
+		case err != nil:
+			logger.Error(err, "KEDA's ScaledObjects are served, but cannot be watched yet; trying again", "in", r.KEDARecheck)
+		case served:
+			logger.Info("KEDA's ScaledObjects are served now: a ScaledObject of a scaler's target is reported as a conflict")
+			return
+		}
+	}
 }
 
 // ScalesFor builds the /scale client and the resolver of scale kinds:
@@ -228,6 +285,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.metrics.forget(req.NamespacedName)
 			r.polls.forget(req.NamespacedName)
 			r.written.forget(req.NamespacedName)
+			r.unsaved.forget(req.NamespacedName)
 			r.Prometheus.Forget(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -290,12 +348,19 @@ func (r *Reconciler) read(ctx context.Context, key types.NamespacedName) (*qnv1a
 func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler, spec *qnv1alpha1.HorizontalQNScalerSpec, now time.Time) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	key := client.ObjectKeyFromObject(s)
-	status := s.Status.DeepCopy()
+	// What the scaler remembers (its last scale, the cooldowns' start) is
+	// its status, or the status a poll of this controller decided but
+	// could not write, until that is written.
+	prev := &s.Status
+	if unsaved := r.unsaved.since(key, s); unsaved != nil {
+		prev = unsaved
+	}
+	status := prev.DeepCopy()
 	status.ObservedGeneration = s.Generation
 	at := metav1.NewTime(now)
 
 	// The query first: a Prometheus with no free slot costs no API call.
-	in := Input{Spec: spec, Status: &s.Status, Now: now, Paused: s.Paused()}
+	in := Input{Spec: spec, Status: prev, Now: now, Paused: s.Paused()}
 	if !in.Paused {
 		server, err := r.server(ctx, s.Namespace, spec.QNMetric)
 		if err != nil {
@@ -307,7 +372,7 @@ func (r *Reconciler) poll(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler,
 				return ctrl.Result{}, err
 			}
 			in.Metric = r.query(ctx, key, server, spec.QNMetric.Query)
-			for _, c := range StageConditions(spec, &s.Status) {
+			for _, c := range StageConditions(spec, prev) {
 				in.Abort = append(in.Abort, ConditionReading{Condition: c, Reading: r.query(ctx, key, server, c.Query)})
 			}
 			release()
@@ -494,6 +559,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 			return nil
 		}
 	}
+	key := client.ObjectKeyFromObject(s)
 	err := r.patchStatus(ctx, s, status)
 	if retriableStatusError(err) {
 		// The status is the scaler's memory: the write to the target this
@@ -502,7 +568,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 		// read it (a label, an annotation, its spec), and the status, still
 		// what this poll observed and did, goes onto the newest version; a
 		// moment's failure of the API server is waited out.
-		key := client.ObjectKeyFromObject(s)
 		err = retry.OnError(retry.DefaultBackoff, retriableStatusError, func() error {
 			latest := &qnv1alpha1.HorizontalQNScaler{}
 			if err := r.APIReader.Get(ctx, key, latest); err != nil {
@@ -512,8 +577,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQN
 		})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
+		// Past its retries (the API server down for longer than a
+		// moment): the scale this poll may have written stays remembered
+		// here, so the next polls keep its cooldown, until a write lands.
+		r.unsaved.keep(key, s.UID, status)
 		return fmt.Errorf("write status of HorizontalQNScaler %s/%s: %w", s.Namespace, s.Name, err)
 	}
+	r.unsaved.forget(key)
 	return nil
 }
 
@@ -693,6 +763,57 @@ func (w *statusWrites) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.rv, key)
+}
+
+// unsavedStatuses holds, per scaler, the last status a poll decided but
+// could not write, its write having failed past the retries. The status is
+// the scaler's memory (the time of its last scale, from which the
+// cooldowns count): deciding on the stored, older one would scale up again
+// inside the cooldown the unwritten poll started. It lives in this
+// process only: a controller that restarts, or a leader that changes,
+// while the API server refuses status writes has only the stored status.
+type unsavedStatuses struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]unsavedStatus
+}
+
+type unsavedStatus struct {
+	uid    types.UID
+	status *qnv1alpha1.HorizontalQNScalerStatus
+}
+
+func (u *unsavedStatuses) keep(key types.NamespacedName, uid types.UID, status *qnv1alpha1.HorizontalQNScalerStatus) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[types.NamespacedName]unsavedStatus{}
+	}
+	u.m[key] = unsavedStatus{uid: uid, status: status.DeepCopy()}
+}
+
+// since returns the unsaved status of s when it is newer than the one s
+// holds (decided after the stored status's last decision), and forgets it
+// otherwise: the write landed after all (an error after the commit), or
+// someone wrote a newer status, or s is another object of the same name.
+func (u *unsavedStatuses) since(key types.NamespacedName, s *qnv1alpha1.HorizontalQNScaler) *qnv1alpha1.HorizontalQNScalerStatus {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	kept, ok := u.m[key]
+	if !ok {
+		return nil
+	}
+	stored, decided := s.Status.LastDecision, kept.status.LastDecision
+	if kept.uid == s.UID && decided != nil && (stored == nil || stored.Time.Before(&decided.Time)) {
+		return kept.status.DeepCopy()
+	}
+	delete(u.m, key)
+	return nil
+}
+
+func (u *unsavedStatuses) forget(key types.NamespacedName) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.m, key)
 }
 
 // secretCache keeps the Secrets of authSecretRef for a short while, so a

@@ -12,11 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	testharness "github.com/quantumnode/qn-admission/test/harness"
@@ -234,6 +236,30 @@ func TestAStatusWriteThatFailsForAMomentKeepsTheCooldown(t *testing.T) {
 	if sc := s.get("web"); sc.Status.LastScaleUpTime == nil {
 		t.Errorf("no lastScaleUpTime: status %+v", sc.Status)
 	}
+}
+
+// A status write that fails past its retries (the API server refusing
+// for several polls) must not cost the cooldown either: the controller
+// decides on the status it could not write until one lands, and then
+// writes it.
+func TestAStatusWriteThatFailsForSeveralPollsKeepsTheCooldown(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	h.faults.failFor(s.ns, 6*time.Second)
+	s.scaleUpOnceInALongCooldown()
+	s.stillOneScaleUp()
+	// One poll tries a write 5 times (retry.DefaultBackoff, about 0.3 s).
+	if n := h.faults.refused(s.ns); n <= 5 {
+		t.Fatalf("%d status writes refused: the outage did not outlast one poll's retries, the test proves nothing", n)
+	}
+	testharness.WaitFor(t, 20*time.Second, "the status records the scale-up once writes land again", func() error {
+		if sc := s.get("web"); sc.Status.LastScaleUpTime == nil {
+			return errors.New("no lastScaleUpTime yet")
+		}
+		return nil
+	})
+	s.stillOneScaleUp()
 }
 
 // The scaler reads itself from the informer's cache, which can lag behind
@@ -572,6 +598,41 @@ func TestAKEDAScaledObjectOfTheTargetIsReportedNotFought(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitForReplicas("web", 4, 15*time.Second)
+}
+
+// KEDA installed after qn-controller started: the scaler watches its
+// ScaledObjects once the cluster serves them, without a restart, and a
+// ScaledObject of the target then holds the scaler back as one there from
+// the start does.
+func TestKEDAInstalledAfterTheControllerStartedIsSeen(t *testing.T) {
+	t.Parallel()
+	h := startControlPlaneWithoutKEDA(t)
+	if h.reconciler.scaledObjects.Load() != nil {
+		t.Fatal("ScaledObjects are watched before KEDA is installed: the test proves nothing")
+	}
+	s := h.scenario(t)
+	s.startTarget(10, 2) // inside the band: the scaler holds
+	s.create(s.scaler())
+	s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionTrue, qnv1alpha1.ScalerReasonReadyForNewScale, 10*time.Second)
+
+	if _, err := envtest.InstallCRDs(h.cfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{scaledObjectCRD()}}); err != nil {
+		t.Fatalf("install KEDA's ScaledObject: %v", err)
+	}
+	testharness.WaitFor(t, 15*time.Second, "the scaler watches ScaledObjects", func() error {
+		if h.reconciler.scaledObjects.Load() == nil {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	s.create(&unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": ScaledObjectGVK.GroupVersion().String(), "kind": ScaledObjectGVK.Kind,
+		"metadata": map[string]any{"namespace": s.ns, "name": "web-keda"},
+		"spec":     map[string]any{"scaleTargetRef": map[string]any{"name": "web"}},
+	}})
+	sc := s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, qnv1alpha1.ScalerReasonConflictingScaler, 10*time.Second)
+	if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.HasPrefix(c.Message, "ScaledObject web-keda also scale Deployment web") {
+		t.Errorf("AbleToScale message %q", c.Message)
+	}
 }
 
 // A bad spec is refused by the API server itself, naming the field, through
