@@ -12,8 +12,10 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,8 +59,43 @@ func badRequest(uid types.UID, format string, args ...any) *requestError {
 	return &requestError{status: http.StatusBadRequest, uid: uid, message: fmt.Sprintf(format, args...)}
 }
 
-// readReviewBody checks the Content-Type and reads the body, bounded.
-func readReviewBody(r *http.Request, maxBytes int64) ([]byte, *requestError) {
+// bodyPace is how a body must keep arriving once its headers are read: by
+// the body deadline at the latest, and, with a rate, at least rate bytes a
+// second on average after a grace of a second. The room a request holds
+// under the request bytes in flight is reserved for its declared length
+// before a byte is read (reserving as bytes arrive lets a burst of large
+// reviews each hold part of the room and wait for the rest, so none
+// finishes); the pace bounds how long a sender that declares a large body
+// and trickles it, or sends nothing, holds that room: about a second,
+// where the body deadline alone let it hold the room for its whole length.
+// The apiserver sends a review at once, far faster.
+type bodyPace struct {
+	start    time.Time
+	deadline time.Time // the body deadline
+	rate     int64     // bytes a second; 0: the body deadline alone
+	// set moves the connection's read deadline.
+	set func(time.Time) error
+}
+
+// bodyRateGrace is how long the first bytes of a body may take.
+const bodyRateGrace = time.Second
+
+// expect sets the read deadline for the bytes after the first received:
+// when, at the pace's rate, one more should have come.
+func (p *bodyPace) expect(received int64) {
+	if p == nil || p.set == nil || p.rate <= 0 {
+		return
+	}
+	due := p.start.Add(bodyRateGrace + time.Duration(float64(received+1)/float64(p.rate)*float64(time.Second)))
+	if due.After(p.deadline) {
+		due = p.deadline
+	}
+	_ = p.set(due)
+}
+
+// readReviewBody checks the Content-Type and reads the body, bounded, at
+// pace's rate at least.
+func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *requestError) {
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
 		return nil, &requestError{status: http.StatusUnsupportedMediaType,
 			message: fmt.Sprintf("Content-Type %q is not supported; send application/json", clip.String(ct, clip.FieldBytes))}
@@ -66,28 +103,62 @@ func readReviewBody(r *http.Request, maxBytes int64) ([]byte, *requestError) {
 	if r.ContentLength > maxBytes {
 		return nil, tooLarge(maxBytes)
 	}
-	var body []byte
-	var err error
-	read := 0
-	if n := r.ContentLength; n > 0 {
-		// The apiserver always sends a length: one exact allocation instead
-		// of ReadAll's doubling, which would hold up to twice the body.
-		body = make([]byte, n)
-		read, err = io.ReadFull(r.Body, body)
-	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
-		read = len(body)
+	// want is what to read: the declared length (the apiserver always
+	// sends one: one exact allocation instead of doubling, which would
+	// hold up to twice the body), or up to one byte past the limit, to
+	// tell a body that is too large.
+	want := maxBytes + 1
+	body := make([]byte, 0, 512)
+	if n := r.ContentLength; n >= 0 {
+		want = n
+		body = make([]byte, 0, n)
 	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, badRequest("", "the request body stalled: %d of %s bytes arrived before the body deadline; the apiserver sends a review at once", read, lengthOf(r))
-	}
-	if err != nil {
-		return nil, badRequest("", "read request body: %v", err)
+	for int64(len(body)) < want {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, int(min(int64(cap(body)), want-int64(len(body)))))
+		}
+		pace.expect(int64(len(body)))
+		room := body[len(body):min(int64(cap(body)), want)]
+		n, err := r.Body.Read(room)
+		body = body[:len(body)+n]
+		if err == io.EOF {
+			if r.ContentLength > 0 && int64(len(body)) < r.ContentLength {
+				err = io.ErrUnexpectedEOF
+			} else {
+				break
+			}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, badRequest("", "the request body stalled: %d of %s bytes arrived in %s; a body must arrive %s; the apiserver sends a review at once",
+				len(body), lengthOf(r), time.Since(pace.startTime()).Round(time.Millisecond), pace.rule())
+		}
+		if err != nil {
+			return nil, badRequest("", "read request body: %v", err)
+		}
 	}
 	if int64(len(body)) > maxBytes {
 		return nil, tooLarge(maxBytes)
 	}
 	return body, nil
+}
+
+func (p *bodyPace) startTime() time.Time {
+	if p == nil {
+		return time.Now()
+	}
+	return p.start
+}
+
+// rule says the pace in words, for the stalled body's message.
+func (p *bodyPace) rule() string {
+	if p == nil {
+		return "at once"
+	}
+	within := fmt.Sprintf("within %s of its headers", p.deadline.Sub(p.start).Round(time.Millisecond))
+	if p.rate <= 0 {
+		return within
+	}
+	return fmt.Sprintf("%s, at %d KiB/s at least after its first %s", within, p.rate>>10, bodyRateGrace)
 }
 
 // decodeBody applies the envelope rules to a body already read: the element

@@ -70,6 +70,12 @@ type HandlerOptions struct {
 	// read; a stalled body gets 400 while the connection can still carry
 	// the answer. Default DefaultRequestBodyTimeout.
 	RequestBodyTimeout time.Duration
+	// MinRequestBodyRate, when positive, is how fast in bytes a second a
+	// body must arrive after its first second (bodyPace), so a sender
+	// that declares a large body and sends it slowly gives back the room
+	// it holds under MaxRequestBytesInFlight within about a second. 0:
+	// RequestBodyTimeout alone.
+	MinRequestBodyRate int64
 	// KnownRole reports whether a role is one of the policy set's, so that
 	// only known roles become metric labels (the rest count as "unknown").
 	// Default: the roles of the Engine's current set when the Decider is a
@@ -170,6 +176,12 @@ type handler struct {
 // the apiserver sends a review at once, and the server's write deadline
 // (30s from the headers) must leave room to answer.
 const DefaultRequestBodyTimeout = 10 * time.Second
+
+// DefaultMinRequestBodyRate is qn-webhook's --min-request-body-rate: 1 MiB
+// a second, far below what an apiserver sends at (its largest review, a
+// 3 MiB UPDATE, then has 4 s), and enough that holding the whole of the
+// request bytes in flight costs a sender that much bandwidth.
+const DefaultMinRequestBodyRate = 1 << 20
 
 // DefaultMaxRequestBytesInFlight is a sixteenth of the Go memory limit
 // (GOMEMLIMIT, or the one qn-webhook derives from its container), at least
@@ -286,7 +298,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		tr := h.startTrace(c.Request, webhook)
 		refuse := func(reqErr *requestError) {
 			d := policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message)
-			h.log(c.Request, webhook, nil, d, start)
+			h.log(c.Request, webhook, nil, d, h.count(webhook, d, start))
 			writeRequestError(c.Writer, reqErr)
 			tr.end(nil, d, reqErr.status)
 		}
@@ -306,8 +318,11 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		defer releaseBytes()
 		// A body that stalls is refused while the connection can still
 		// carry the answer (its write deadline is later).
-		_ = http.NewResponseController(c.Writer).SetReadDeadline(time.Now().Add(h.opts.RequestBodyTimeout))
-		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes)
+		rc := http.NewResponseController(c.Writer)
+		pace := &bodyPace{start: time.Now(), rate: h.opts.MinRequestBodyRate, set: rc.SetReadDeadline}
+		pace.deadline = pace.start.Add(h.opts.RequestBodyTimeout)
+		_ = rc.SetReadDeadline(pace.deadline)
+		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace)
 		if reqErr != nil {
 			refuse(reqErr)
 			return
@@ -334,9 +349,10 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		answer, in, d := answerDecoded(tr.ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
 		step = tr.step("encode")
 		writeReview(c.Writer, http.StatusOK, answer)
+		elapsed := h.count(webhook, d, start)
 		flushAnswer(c.Request, c.Writer)
 		endStep(step)
-		h.log(c.Request, webhook, in, d, start)
+		h.log(c.Request, webhook, in, d, elapsed)
 		tr.end(in, d, http.StatusOK)
 	}
 }
@@ -381,16 +397,8 @@ func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 // log writes the decision line and the metrics of one request: one JSON
 // line per decision, allowed or denied. Object bodies are never logged (a
 // Secret's data must not reach a log); reasons and warnings are ours.
-func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d policies.Decision, start time.Time) {
-	elapsed := time.Since(start)
+func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d policies.Decision, elapsed time.Duration) {
 	outcome := outcome(d)
-	if m := h.opts.Metrics; m != nil {
-		m.requests.WithLabelValues(webhook, h.roleLabel(d.Role), outcome, strconv.Itoa(int(d.Code))).Inc()
-		m.latency.WithLabelValues(webhook).Observe(elapsed.Seconds())
-	}
-	if a := h.opts.Answers; a != nil {
-		a.Record(d.PolicyFailed || d.Code >= http.StatusInternalServerError)
-	}
 	attrs := make([]slog.Attr, 0, 24)
 	attrs = append(attrs,
 		slog.String("webhook", webhook),
@@ -440,6 +448,21 @@ func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d p
 	if l := h.opts.DecisionLog.Handler(); l.Enabled(req.Context(), slog.LevelInfo) {
 		_ = l.Handle(req.Context(), r)
 	}
+}
+
+// count records an answer in the metrics and in strict health's error
+// ratio, and says how long it took. It runs before the answer is sent, so
+// whoever reads them after receiving an answer finds it counted.
+func (h *handler) count(webhook string, d policies.Decision, start time.Time) time.Duration {
+	elapsed := time.Since(start)
+	if m := h.opts.Metrics; m != nil {
+		m.requests.WithLabelValues(webhook, h.roleLabel(d.Role), outcome(d), strconv.Itoa(int(d.Code))).Inc()
+		m.latency.WithLabelValues(webhook).Observe(elapsed.Seconds())
+	}
+	if a := h.opts.Answers; a != nil {
+		a.Record(d.PolicyFailed || d.Code >= http.StatusInternalServerError)
+	}
+	return elapsed
 }
 
 // field clips one caller-controlled value of a decision line.

@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
 )
 
 // tlsConfig trusts the server's self-signed CA.
@@ -153,7 +157,7 @@ func TestParkedAndSilentConnectionsCannotLockOutTheAPIServer(t *testing.T) {
 // waits; that is an outage in the making, so strict health fails and the
 // waits are counted until the requests end.
 func TestASaturatedConnectionCapShowsInStrictHealth(t *testing.T) {
-	s := start(t, "--max-connections", "4", "--request-body-timeout", "3s")
+	s := start(t, "--max-connections", "4", "--request-body-timeout", "3s", "--min-request-body-rate", "0")
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -195,4 +199,54 @@ func TestASaturatedConnectionCapShowsInStrictHealth(t *testing.T) {
 		t.Logf("the waiting review was closed after the wait limit (%v); a retry is answered:", err)
 	}
 	s.normalStillWorks()
+}
+
+// TestBodiesDeclaredButNotSentGiveBackTheirRoom: four connections that
+// declare bodies taking the whole of the request bytes in flight and send
+// one byte hold that room only until the body falls behind the minimum
+// rate (--min-request-body-rate, 1 MiB/s after a second), not until the
+// body deadline (30s here): each gets a 400 saying so, and the reviews
+// beside them are answered. (With the body deadline alone, every review
+// in those 30s waited 2s for room and got 429.)
+func TestBodiesDeclaredButNotSentGiveBackTheirRoom(t *testing.T) {
+	const budget = 8 << 20
+	s := start(t, "--max-request-bytes-in-flight", strconv.Itoa(budget), "--request-body-timeout", "30s")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		c, err := tls.Dial("tcp", s.proc.Address, s.tlsConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /validate HTTP/1.1\r\nHost: qn\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", budget/4)
+	}
+	time.Sleep(300 * time.Millisecond) // the four hold the room
+	for i := range 3 {
+		r := s.post("/validate", review(fmt.Sprintf("beside-stalled-%d", i), "alice", "CREATE", node("edge-1", nil, services(2))))
+		if r.status != 200 || !r.review.Response.Allowed {
+			t.Fatalf("a review beside four stalled bodies declaring %d MiB in all (the budget): HTTP %d %.300s", budget>>20, r.status, r.raw)
+		}
+	}
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(15 * time.Second)) // half the body deadline
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("stalled body %d: no answer before its body deadline: %v", i, err)
+		}
+		var rev admissionv1.AdmissionReview
+		err = json.NewDecoder(resp.Body).Decode(&rev)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 400 || rev.Response == nil || rev.Response.Result == nil ||
+			!strings.Contains(rev.Response.Result.Message, "stalled: 1 of 2097152 bytes") || !strings.Contains(rev.Response.Result.Message, "at 1024 KiB/s at least") {
+			t.Fatalf("stalled body %d: HTTP %d %+v (%v), want a 400 naming the rate", i, resp.StatusCode, rev.Response, err)
+		}
+		if i == 0 {
+			t.Logf("a body that stopped after its first byte: %s", rev.Response.Result.Message)
+		}
+	}
 }

@@ -340,6 +340,7 @@ func (p *Program) buildHandler(context.Context) error {
 		MaxRequestElements:   p.Options.MaxRequestElements,
 		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,
 		RequestBodyTimeout:   p.Options.RequestBodyTimeout,
+		MinRequestBodyRate:   p.Options.MinRequestBodyRate,
 		Logger:               p.Logger,
 
 		MaxRequestBytesInFlight: p.Options.MaxRequestBytesInFlight,

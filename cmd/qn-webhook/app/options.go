@@ -86,6 +86,9 @@ type Options struct {
 	// RequestBodyTimeout is how long a request's body may take to arrive
 	// once its headers have; a body that stalls gets 400.
 	RequestBodyTimeout time.Duration
+	// MinRequestBodyRate is how fast a body must arrive after its first
+	// second, in bytes a second; 0: RequestBodyTimeout alone.
+	MinRequestBodyRate int64
 	// MaxRequestBytesInFlight caps the request bytes held at once, from
 	// the first byte read to the answer; beyond it a review waits for room,
 	// then gets 429. 0 derives it from the memory limit
@@ -152,6 +155,7 @@ func NewOptions() *Options {
 		MaxConnections:           DefaultMaxConnections,
 		HandshakeTimeout:         webhook.DefaultHandshakeTimeout,
 		RequestBodyTimeout:       webhook.DefaultRequestBodyTimeout,
+		MinRequestBodyRate:       webhook.DefaultMinRequestBodyRate,
 		ShutdownGracePeriod:      20 * time.Second,
 		LogFormat:                "json",
 		WindowStore:              WindowStoreMemory,
@@ -195,7 +199,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "Most open connections on the admission listener; lowered to the file-descriptor limit minus a reserve for probes and reloads.")
 	fs.DurationVar(&o.HandshakeTimeout, "handshake-timeout", o.HandshakeTimeout, "How long a new admission connection has to finish its TLS handshake and send its first request's headers; silent connections are closed.")
 	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", o.RequestBodyTimeout, "How long a request body may take to arrive after its headers; a stalled body gets 400.")
-	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "Most request bytes held at once, from the first byte read until the answer (bounds memory under large reviews); more wait up to 2s, then get 429. 0: an eighth of the Go memory limit, at least --max-request-bytes (4 times it without a limit).")
+	fs.Int64Var(&o.MinRequestBodyRate, "min-request-body-rate", o.MinRequestBodyRate, "Bytes a second a request body must arrive at, on average, after its first second; a slower body gets 400, so a sender that declares a large body and trickles it cannot hold the room of --max-request-bytes-in-flight for long. 0: only --request-body-timeout.")
+	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "Most request bytes held at once, from the first byte read until the answer (bounds memory under large reviews); more wait up to 2s, then get 429. 0: a sixteenth of the Go memory limit, at least --max-request-bytes (4 times it without a limit).")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
@@ -237,6 +242,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--handshake-timeout must be positive, got %s", o.HandshakeTimeout)
 	case o.RequestBodyTimeout <= 0:
 		return fmt.Errorf("--request-body-timeout must be positive, got %s", o.RequestBodyTimeout)
+	case o.MinRequestBodyRate < 0:
+		return fmt.Errorf("--min-request-body-rate must be 0 (off) or positive, got %d", o.MinRequestBodyRate)
 	case o.MaxRequestBytesInFlight < 0:
 		return fmt.Errorf("--max-request-bytes-in-flight must not be negative, got %d", o.MaxRequestBytesInFlight)
 	case o.MaxRequestBytesInFlight > 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes:
