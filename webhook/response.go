@@ -100,7 +100,11 @@ func outcome(d policies.Decision) string {
 // writeReview sends rev with an HTTP status. The apiserver reads a decision
 // only from a 200; other statuses are for requests that were not reviews.
 func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionReview) {
-	body, err := json.Marshal(rev)
+	body, ok := appendReview(make([]byte, 0, 512), rev)
+	var err error
+	if !ok {
+		body, err = json.Marshal(rev)
+	}
 	if err != nil {
 		// Cannot happen with these types; answer something well-formed anyway.
 		body = []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":false,"status":{"code":500,"message":"encode response failed"}}}`)
