@@ -176,6 +176,12 @@ func (s *Shadow) Submit(path Path, in *Input, served Decision) {
 	if in == nil || in.Request == nil {
 		return
 	}
+	if s.candidate.Current() == nil {
+		// Served while no candidate set has loaded: not queued, so it is
+		// not judged by a set that lands while it waits.
+		s.drop("unloaded")
+		return
+	}
 	n := int64(len(in.Request.Object.Raw) + len(in.Request.OldObject.Raw))
 	if s.queued.Add(n) > shadowQueueBytes && n > 0 {
 		s.queued.Add(-n)
