@@ -158,21 +158,8 @@ func TestParkedAndSilentConnectionsCannotLockOutTheAPIServer(t *testing.T) {
 // waits are counted until the requests end.
 func TestASaturatedConnectionCapShowsInStrictHealth(t *testing.T) {
 	s := start(t, "--max-connections", "4", "--request-body-timeout", "3s", "--min-request-body-rate", "0")
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range 4 {
-		c, err := tls.Dial("tcp", s.proc.Address, s.tlsConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-		// Headers, then a body that never comes: each holds its slot.
-		fmt.Fprintf(c, "POST /validate HTTP/1.1\r\nHost: qn\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-	}
+	// Headers, then a body that never comes: each holds its slot.
+	s.stalledBodies(4, 1000)
 	time.Sleep(200 * time.Millisecond)
 	answered := make(chan error, 1)
 	go func() {
@@ -211,20 +198,7 @@ func TestASaturatedConnectionCapShowsInStrictHealth(t *testing.T) {
 func TestBodiesDeclaredButNotSentGiveBackTheirRoom(t *testing.T) {
 	const budget = 8 << 20
 	s := start(t, "--max-request-bytes-in-flight", strconv.Itoa(budget), "--request-body-timeout", "30s")
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range 4 {
-		c, err := tls.Dial("tcp", s.proc.Address, s.tlsConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-		fmt.Fprintf(c, "POST /validate HTTP/1.1\r\nHost: qn\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", budget/4)
-	}
+	conns := s.stalledBodies(4, budget/4)
 	time.Sleep(300 * time.Millisecond) // the four hold the room
 	for i := range 3 {
 		r := s.post("/validate", review(fmt.Sprintf("beside-stalled-%d", i), "alice", "CREATE", node("edge-1", nil, services(2))))
@@ -249,4 +223,26 @@ func TestBodiesDeclaredButNotSentGiveBackTheirRoom(t *testing.T) {
 			t.Logf("a body that stopped after its first byte: %s", rev.Response.Result.Message)
 		}
 	}
+}
+
+// stalledBodies opens n connections that each send a review's headers,
+// declaring contentLength bytes, and the body's first byte, then nothing;
+// they are closed when the test ends.
+func (s *server) stalledBodies(n, contentLength int) []net.Conn {
+	s.t.Helper()
+	conns := make([]net.Conn, 0, n)
+	s.t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		c, err := tls.Dial("tcp", s.proc.Address, s.tlsConfig())
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /validate HTTP/1.1\r\nHost: qn\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", contentLength)
+	}
+	return conns
 }
