@@ -73,24 +73,44 @@ type bodyPace struct {
 	start    time.Time
 	deadline time.Time // the body deadline
 	rate     int64     // bytes a second; 0: the body deadline alone
-	// set moves the connection's read deadline.
-	set func(time.Time) error
+	// set moves the connection's read deadline; current is where it is.
+	set     func(time.Time) error
+	current time.Time
 }
 
 // bodyRateGrace is how long the first bytes of a body may take.
 const bodyRateGrace = time.Second
 
-// expect sets the read deadline for the bytes after the first received:
-// when, at the pace's rate, one more should have come.
+// bodyPaceSlack is how far past the rate's due time a read deadline is
+// set, so that it moves once per that much of a body rather than before
+// every read (over HTTP/2 a move is a message to the connection's
+// goroutine). A review that arrives in its first reads never moves it.
+const bodyPaceSlack = 250 * time.Millisecond
+
+// first is the read deadline to set before a byte of the body is read.
+func (p *bodyPace) first() time.Time {
+	p.current = p.deadline
+	if p.rate > 0 && p.start.Add(bodyRateGrace).Before(p.deadline) {
+		p.current = p.start.Add(bodyRateGrace)
+	}
+	return p.current
+}
+
+// expect moves the read deadline, if it must, to when at the pace's rate
+// one more byte than received should have come.
 func (p *bodyPace) expect(received int64) {
-	if p == nil || p.set == nil || p.rate <= 0 {
+	if p == nil || p.set == nil || p.rate <= 0 || !p.current.Before(p.deadline) {
 		return
 	}
 	due := p.start.Add(bodyRateGrace + time.Duration(float64(received+1)/float64(p.rate)*float64(time.Second)))
-	if due.After(p.deadline) {
-		due = p.deadline
+	if !due.After(p.current) {
+		return
 	}
-	_ = p.set(due)
+	p.current = due.Add(bodyPaceSlack)
+	if p.current.After(p.deadline) {
+		p.current = p.deadline
+	}
+	_ = p.set(p.current)
 }
 
 // readReviewBody checks the Content-Type and reads the body, bounded, at

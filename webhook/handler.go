@@ -321,7 +321,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		rc := http.NewResponseController(c.Writer)
 		pace := &bodyPace{start: time.Now(), rate: h.opts.MinRequestBodyRate, set: rc.SetReadDeadline}
 		pace.deadline = pace.start.Add(h.opts.RequestBodyTimeout)
-		_ = rc.SetReadDeadline(pace.deadline)
+		_ = rc.SetReadDeadline(pace.first())
 		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace)
 		if reqErr != nil {
 			refuse(reqErr)
