@@ -71,6 +71,29 @@ func (c *compiler) notStmt(x *ir.NotStmt) (stmt, error) {
 	}, nil
 }
 
+// scanLoop is a scan over an object or a set, whose members come to a
+// callback: its state in one allocation rather than one per variable.
+type scanLoop struct {
+	s        *state
+	l        []*ast.Term
+	body     block
+	key, val int
+	stop     bool
+	n        uint32
+	err      error
+}
+
+func (sl *scanLoop) each(k, v *ast.Term) bool {
+	if sl.err = sl.s.check(); sl.err != nil {
+		return true
+	}
+	sl.l[sl.key], sl.l[sl.val] = k, v
+	sl.stop, sl.n, sl.err = sl.body.run(sl.s, sl.l)
+	return sl.stop || sl.err != nil
+}
+
+func (sl *scanLoop) member(e *ast.Term) bool { return sl.each(e, e) }
+
 // scan runs its block for each key and value of an array, object or set.
 func (c *compiler) scan(x *ir.ScanStmt) (stmt, error) {
 	src, key, val := c.use(x.Source), c.use(x.Key), c.use(x.Value)
@@ -82,25 +105,27 @@ func (c *compiler) scan(x *ir.ScanStmt) (stmt, error) {
 		var stop bool
 		var n uint32
 		var err error
-		each := func(k, v *ast.Term) bool {
-			if err = s.check(); err != nil {
-				return true
-			}
-			l[key], l[val] = k, v
-			stop, n, err = body.run(s, l)
-			return stop || err != nil
-		}
 		switch coll := termValue(l[src]).(type) {
 		case *ast.Array:
+			// A loop of its own, without the closure the object and set
+			// cases need: its state then stays on the stack.
 			for i := 0; i < coll.Len(); i++ {
-				if each(ast.InternedTerm(i), coll.Elem(i)) {
+				if err = s.check(); err != nil {
+					break
+				}
+				l[key], l[val] = ast.InternedTerm(i), coll.Elem(i)
+				if stop, n, err = body.run(s, l); stop || err != nil {
 					break
 				}
 			}
 		case ast.Object:
-			coll.Until(func(k, v *ast.Term) bool { return each(k, v) })
+			sl := &scanLoop{s: s, l: l, body: body, key: key, val: val}
+			coll.Until(sl.each)
+			stop, n, err = sl.stop, sl.n, sl.err
 		case ast.Set:
-			coll.Until(func(e *ast.Term) bool { return each(e, e) })
+			sl := &scanLoop{s: s, l: l, body: body, key: key, val: val}
+			coll.Until(sl.member)
+			stop, n, err = sl.stop, sl.n, sl.err
 		}
 		if err != nil {
 			return false, 0, err
