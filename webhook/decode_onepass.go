@@ -147,26 +147,44 @@ func str(t *ast.Term) (string, bool) {
 	return string(s), ok
 }
 
-func strings3(t *ast.Term, names [3]string) ([3]string, bool) {
+// strings3 reads an object of at most the three string members keys
+// name, and nothing else (as strict decoding refuses unknown fields). It
+// looks the three up rather than iterating with a callback, whose
+// closure and results would each be an allocation, four times a request.
+func strings3(t *ast.Term, keys *[3]*ast.Term) ([3]string, bool) {
 	var out [3]string
-	ok := eachMember(t, func(key ast.String, val *ast.Term) (ok bool) {
-		for i, name := range names {
-			if name == string(key) {
-				out[i], ok = str(val)
-			}
+	obj, isObj := t.Value.(ast.Object)
+	if !isObj {
+		return out, false
+	}
+	found := 0
+	for i, k := range keys {
+		v := obj.Get(k)
+		if v == nil {
+			continue
 		}
-		return ok
-	})
-	return out, ok
+		s, isStr := v.Value.(ast.String)
+		if !isStr {
+			return out, false
+		}
+		out[i] = string(s)
+		found++
+	}
+	return out, found == obj.Len()
 }
 
+var (
+	gvkKeys = [3]*ast.Term{ast.StringTerm("group"), ast.StringTerm("version"), ast.StringTerm("kind")}
+	gvrKeys = [3]*ast.Term{ast.StringTerm("group"), ast.StringTerm("version"), ast.StringTerm("resource")}
+)
+
 func gvk(t *ast.Term) (metav1.GroupVersionKind, bool) {
-	f, ok := strings3(t, [3]string{"group", "version", "kind"})
+	f, ok := strings3(t, &gvkKeys)
 	return metav1.GroupVersionKind{Group: f[0], Version: f[1], Kind: f[2]}, ok
 }
 
 func gvr(t *ast.Term) (metav1.GroupVersionResource, bool) {
-	f, ok := strings3(t, [3]string{"group", "version", "resource"})
+	f, ok := strings3(t, &gvrKeys)
 	return metav1.GroupVersionResource{Group: f[0], Version: f[1], Resource: f[2]}, ok
 }
 
