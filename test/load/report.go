@@ -95,7 +95,7 @@ type Report struct {
 	// with them (how busy the machine was).
 	InProcess      []Benchmark
 	InProcessNotes []string
-	// RuntimeVariant is the Go runtime setting (e.g. GOMEMLIMIT=192MiB)
+	// RuntimeVariant is the Go runtime setting (e.g. ChartRuntime)
 	// that qn-webhook, its Redis-windowed form and OPA were also run with,
 	// or "".
 	RuntimeVariant string
@@ -103,6 +103,28 @@ type Report struct {
 
 // WithRuntime names target run with the Go runtime setting env.
 func WithRuntime(target, env string) string { return target + " " + env }
+
+// ChartRuntime is the Go runtime setting qn-webhook runs with in the
+// chart's 256 MiB container: the soft memory limit it sets itself
+// (cmd/qn-webhook/app/memlimit.go) and the GOGC=400 that a limit selects.
+// Both are given to every target run with it, OPA included, so that the
+// targets compared run with the same collector settings.
+const ChartRuntime = "GOGC=400 GOMEMLIMIT=192MiB"
+
+// RuntimeEnv is the environment of a runtime setting: its space-separated
+// NAME=value assignments (nil for "").
+func RuntimeEnv(setting string) ([]string, error) {
+	env := strings.Fields(setting)
+	if len(env) == 0 {
+		return nil, nil
+	}
+	for _, kv := range env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			return nil, fmt.Errorf("%q in %q is not NAME=value", kv, setting)
+		}
+	}
+	return env, nil
+}
 
 func (r *Report) scenario(name string) *ScenarioResult {
 	for i := range r.Scenarios {
@@ -268,7 +290,7 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("; **" + NameWebhookRedis + "** (qn-webhook with `--window-store redis` on a redis-server of its own, persistence off, as the chart's bundled one: every request takes a slot in Redis, and redis-server's CPU time is counted in the target's CPU per request)")
 	if v := r.RuntimeVariant; v != "" {
-		fmt.Fprintf(&b, "; targets named with **%s** run with that Go runtime setting, qn-webhook and OPA alike (`GOMEMLIMIT` is what qn-webhook sets itself in the chart's 256 MiB container, and with a limit it runs with GOGC=400; OPA gets the same variable). qn-webhook and OPA are compared only at equal settings: a ratio between different GC settings is not reported", v)
+		fmt.Fprintf(&b, "; targets named with **%s** run with those Go runtime variables, every one set for qn-webhook and OPA alike (the chart's 256 MiB container gives qn-webhook `GOMEMLIMIT=192MiB`, which it sets itself, and with a limit it selects `GOGC=400`; both are set explicitly here, so OPA runs with the same collector settings, not with its default GOGC under the limit). qn-webhook and OPA are compared only at equal settings: a ratio between different GC settings is not reported", v)
 	}
 	b.WriteString(".\n\n")
 

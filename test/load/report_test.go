@@ -2,6 +2,7 @@ package load
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,4 +257,25 @@ func fmtVerdict(b *bool) string {
 		return "nil"
 	}
 	return fmt.Sprint(*b)
+}
+
+// The chart's runtime setting reaches every target it names as both
+// variables: OPA must not run with its default GOGC under qn-webhook's
+// memory limit while qn-webhook runs with GOGC=400.
+func TestRuntimeEnvSetsEveryVariableOfTheSetting(t *testing.T) {
+	env, err := RuntimeEnv(ChartRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"GOGC=400", "GOMEMLIMIT=192MiB"}; !slices.Equal(env, want) {
+		t.Errorf("RuntimeEnv(%q) = %q, want %q", ChartRuntime, env, want)
+	}
+	if env, err := RuntimeEnv(""); env != nil || err != nil {
+		t.Errorf(`RuntimeEnv("") = %q, %v; want nil, nil`, env, err)
+	}
+	for _, bad := range []string{"GOGC", "GOGC=400 =1"} {
+		if _, err := RuntimeEnv(bad); err == nil || !strings.Contains(err.Error(), "NAME=value") {
+			t.Errorf("RuntimeEnv(%q): error %v, want one naming NAME=value", bad, err)
+		}
+	}
 }

@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&o.scenarios, "scenarios", "closed-validate,closed-mutate,open-validate", "Scenarios to run, in order.")
 	flag.StringVar(&o.doc, "doc", "", "Rewrite the generated load section of this Markdown file (e.g. docs/benchmarks.md).")
 	flag.StringVar(&o.inProcess, "inprocess", "", "`go test -bench` output to include as the in-process table.")
-	flag.StringVar(&o.gogcVariant, "runtime-variant", "GOMEMLIMIT=192MiB", "Also measure qn-webhook, its Redis-windowed form and OPA with this Go runtime variable in the closed validate loop (default: the soft limit qn-webhook sets itself in the chart's 256 MiB container, which also selects GOGC=400; e.g. GOGC=400; empty: none).")
+	flag.StringVar(&o.gogcVariant, "runtime-variant", load.ChartRuntime, "Also measure qn-webhook, its Redis-windowed form and OPA with these Go runtime variables (space-separated NAME=value), every one set for both (default: what qn-webhook runs with in the chart's 256 MiB container, the soft limit it sets itself and the GOGC=400 that limit selects; empty: none).")
 	flag.BoolVar(&o.redis, "redis", true, "Also measure qn-webhook with its windows in a redis-server of its own (needs redis-server on PATH), redis-server's CPU counted in its figures.")
 	flag.BoolVar(&o.shadow, "shadow", true, "Also measure qn-webhook with a candidate policy set in --shadow-policy-dir (at the default --shadow-cpu), in the same rounds as qn-webhook without one: served latency and CPU with and without a shadow, and what share of the requests the shadow judged and dropped.")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "After the comparison, write a CPU profile of qn-webhook under the closed validate loop here.")
@@ -69,6 +69,10 @@ func main() {
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "With --cpuprofile: skip the comparison, only profile.")
 	flag.Float64Var(&o.profileRate, "profile-rate", 0, "With --cpuprofile: profile under an open loop of this many requests per second (at most --open-max-in-flight in flight) instead of the closed validate loop (0).")
 	flag.Parse()
+	if _, err := load.RuntimeEnv(o.gogcVariant); err != nil {
+		fmt.Fprintf(os.Stderr, "qnload: --runtime-variant: %v\n", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -157,6 +161,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	variantEnv, _ := load.RuntimeEnv(o.gogcVariant)
 	if o.shadow {
 		candidate := filepath.Join(work, "policies-candidate")
 		if err := load.WriteShadowCandidate(candidate); err != nil {
@@ -172,7 +177,7 @@ func run(ctx context.Context, o options) error {
 		// GC more than it costs the chart's.
 		if v := o.gogcVariant; v != "" {
 			if err := start(load.WithRuntime(load.NameWebhookShadow, v), func() (*load.Server, error) {
-				return load.StartWebhookShadow(load.WithRuntime(load.NameWebhookShadow, v), webhookBin, filepath.Join(work, "qn-shadow-variant-certs"), candidate, []string{v})
+				return load.StartWebhookShadow(load.WithRuntime(load.NameWebhookShadow, v), webhookBin, filepath.Join(work, "qn-shadow-variant-certs"), candidate, variantEnv)
 			}); err != nil {
 				return err
 			}
@@ -182,8 +187,8 @@ func run(ctx context.Context, o options) error {
 	// defaults and, when given, with the runtime variant: they are
 	// compared at equal settings only.
 	envs := [][]string{nil}
-	if o.gogcVariant != "" {
-		envs = append(envs, []string{o.gogcVariant})
+	if variantEnv != nil {
+		envs = append(envs, variantEnv)
 	}
 	for i, env := range envs {
 		named := func(target string) string {
@@ -333,10 +338,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	if err != nil {
 		return err
 	}
-	var env []string
-	if o.gogcVariant != "" {
-		env = []string{o.gogcVariant}
-	}
+	env, _ := load.RuntimeEnv(o.gogcVariant)
 	var srv *load.Server
 	switch o.profileTarget {
 	case "memory":
