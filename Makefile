@@ -94,7 +94,7 @@ chart:
 ## fuzz: run every Go fuzz target for FUZZTIME each (default 30s; make test runs their seed corpora and make fuzz-smoke); FUZZ_INSTRUMENT=module guides by this module's code only, for 6-27x the executions (docs/reliability.md); FUZZ_TARGETS=./pkg/:FuzzName picks targets
 FUZZTIME ?= 30s
 FUZZ_INSTRUMENT ?= all
-FUZZ_TARGETS ?= ./policies/:FuzzScopedPatchMatchesWholeDocument ./policies/:FuzzDirectPatchMatchesJSONPatch ./webhook/:FuzzDecodeAndAnswer ./webhook/:FuzzOnePassDecodingAgrees ./webhook/:FuzzAppendJSONString ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzPlannedEvaluationMatchesReference ./policies/:FuzzParseRoleTable ./cmd/qnctl/app/:FuzzEvalInput ./internal/astjson/:FuzzDecodeAgreesWithTheReference ./internal/astjson/:FuzzProjectedDecodingAgrees
+FUZZ_TARGETS ?= ./policies/:FuzzScopedPatchMatchesWholeDocument ./policies/:FuzzDirectPatchMatchesJSONPatch ./webhook/:FuzzDecodeAndAnswer ./webhook/:FuzzOnePassDecodingAgrees ./webhook/:FuzzAppendJSONString ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzPlannedEvaluationMatchesReference ./policies/:FuzzParseRoleTable ./cmd/qnctl/app/:FuzzEvalInput ./internal/astjson/:FuzzDecodeAgreesWithTheReference ./internal/astjson/:FuzzProjectedDecodingAgrees ./internal/astjson/:FuzzUnquoteMatchesEncodingJSON
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

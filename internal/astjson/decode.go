@@ -16,7 +16,6 @@
 package astjson
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -463,30 +462,13 @@ func (d *decoder) plainString() ([]byte, bool) {
 	return nil, false
 }
 
-// string reads a string; escapes and non-ASCII bytes are decoded by
-// encoding/json, so their meaning (surrogates, U+FFFD for bytes that are
-// not UTF-8) is the standard library's.
+// string reads a string; escapes and non-ASCII bytes mean what they mean
+// to encoding/json (unquote.go).
 func (d *decoder) string() (string, error) {
 	if raw, ok := d.plainString(); ok {
 		return d.intern(raw), nil
 	}
-	start := d.pos
-	for i := d.pos + 1; i < len(d.data); i++ {
-		switch d.data[i] {
-		case '\\':
-			i++
-		case '"':
-			var s string
-			if err := json.Unmarshal(d.data[start:i+1], &s); err != nil {
-				d.pos = start
-				return "", d.syntaxError("in a string: " + strings.TrimPrefix(err.Error(), "json: "))
-			}
-			d.pos = i + 1
-			return s, nil
-		}
-	}
-	d.pos = len(d.data)
-	return "", d.syntaxError("in a string")
+	return d.escapedString()
 }
 
 var errNumberRange = errors.New("is out of range of a 64-bit float")

@@ -167,14 +167,12 @@ func (d *decoder) skipArray() error {
 	}
 }
 
-// skipString checks a string: a plain one needs no decoding, any other is
-// decoded by string, whose checks are encoding/json's.
+// skipString checks a string as string reads it, building nothing.
 func (d *decoder) skipString() error {
 	if _, ok := d.plainString(); ok {
 		return nil
 	}
-	_, err := d.string()
-	return err
+	return d.skipEscapedString()
 }
 
 // skipNumber checks a number as number does: its syntax, and its range
