@@ -525,21 +525,46 @@ func (s *Shadow) log(ctx context.Context, j *shadowJob, d Decision, from, to str
 	s.opts.Log.LogAttrs(ctx, slog.LevelInfo, ShadowMessage, attrs...)
 }
 
-// RequestLogAttrs appends to attrs the request as a decision log line
-// names it (uid, requester, operation, kind, namespace, name, dry run),
-// each caller-controlled value clipped.
-func RequestLogAttrs(attrs []slog.Attr, r *admissionv1.AdmissionRequest) []slog.Attr {
+// RequestLogFields is the request as a decision log line names it (uid,
+// requester, operation, kind, namespace, name, dry run), each
+// caller-controlled value clipped.
+type RequestLogFields struct {
+	UID, User                  string
+	Groups                     []string
+	Operation, Kind, Namespace string
+	Name                       string
+	DryRun                     bool
+}
+
+// RequestLog is r's fields for a decision log line.
+func RequestLog(r *admissionv1.AdmissionRequest) RequestLogFields {
 	f := func(v string) string { return clip.String(v, clip.FieldBytes) }
+	return RequestLogFields{
+		UID: f(string(r.UID)), User: f(r.UserInfo.Username),
+		Groups:    clip.Strings(r.UserInfo.Groups, clip.ListItems, clip.FieldBytes),
+		Operation: f(string(r.Operation)), Kind: f(r.Kind.Group + "/" + r.Kind.Kind),
+		Namespace: f(r.Namespace), Name: f(r.Name), DryRun: r.DryRun != nil && *r.DryRun,
+	}
+}
+
+// Attrs appends the fields to attrs, in the order a line shows them.
+func (f RequestLogFields) Attrs(attrs []slog.Attr) []slog.Attr {
 	return append(attrs,
-		slog.String("uid", f(string(r.UID))),
-		slog.String("user", f(r.UserInfo.Username)),
-		slog.Any("groups", clip.Strings(r.UserInfo.Groups, clip.ListItems, clip.FieldBytes)),
-		slog.String("operation", f(string(r.Operation))),
-		slog.String("kind", f(r.Kind.Group+"/"+r.Kind.Kind)),
-		slog.String("namespace", f(r.Namespace)),
-		slog.String("name", f(r.Name)),
-		slog.Bool("dryRun", r.DryRun != nil && *r.DryRun),
+		slog.String("uid", f.UID),
+		slog.String("user", f.User),
+		slog.Any("groups", f.Groups),
+		slog.String("operation", f.Operation),
+		slog.String("kind", f.Kind),
+		slog.String("namespace", f.Namespace),
+		slog.String("name", f.Name),
+		slog.Bool("dryRun", f.DryRun),
 	)
+}
+
+// RequestLogAttrs appends to attrs the request as a decision log line
+// names it (RequestLogFields).
+func RequestLogAttrs(attrs []slog.Attr, r *admissionv1.AdmissionRequest) []slog.Attr {
+	return RequestLog(r).Attrs(attrs)
 }
 
 // ShadowAnswer is one side of a disagreement as the decision log holds it.

@@ -66,6 +66,9 @@ type Program struct {
 	// DecisionLog receives one line per decision (and per shadow
 	// disagreement).
 	DecisionLog *slog.Logger
+	// decisionLines is the writer under DecisionLog's JSON handler: the
+	// handler writes each request's line to it directly.
+	decisionLines io.Writer
 	// Windows counts every role's rate window, in this process or in
 	// Redis, under a deadline.
 	Windows *window.Guard
@@ -233,7 +236,7 @@ func (p *Program) guardEvaluationMemory() {
 
 // buildDecisionLog opens the decision log.
 func (p *Program) buildDecisionLog(context.Context) error {
-	decisionLog, closeDecisionLog, err := openDecisionLog(p.Options.DecisionLog, p.Options.DecisionLogFlushInterval)
+	decisionLog, lines, closeDecisionLog, err := openDecisionLog(p.Options.DecisionLog, p.Options.DecisionLogFlushInterval)
 	if err != nil {
 		return err
 	}
@@ -242,7 +245,7 @@ func (p *Program) buildDecisionLog(context.Context) error {
 			p.Logger.Error("the decision log could not be written", "decisionLog", p.Options.DecisionLog, "error", err.Error())
 		}
 	})
-	p.DecisionLog = decisionLog
+	p.DecisionLog, p.decisionLines = decisionLog, lines
 	return nil
 }
 
@@ -345,6 +348,7 @@ func (p *Program) buildHandler(context.Context) error {
 
 		MaxRequestBytesInFlight: p.Options.MaxRequestBytesInFlight,
 		DecisionLog:             p.DecisionLog,
+		DecisionLines:           p.decisionLines,
 		Metrics:                 webhook.NewMetrics(p.Registry),
 		Answers:                 p.Answers,
 		Tracer:                  p.Tracer,
@@ -353,23 +357,23 @@ func (p *Program) buildHandler(context.Context) error {
 	return nil
 }
 
-// openDecisionLog returns the logger decision lines go to: stdout for "-",
-// else a file appended to; lines written together every flushInterval
-// (see batchwrite for what a kill loses). close writes what is pending;
-// it runs after the server has drained, so every answered request has
-// its line.
-func openDecisionLog(dest string, flushInterval time.Duration) (logger *slog.Logger, close func() error, err error) {
+// openDecisionLog returns the logger decision lines go to, and the writer
+// under its JSON handler: stdout for "-", else a file appended to; lines
+// written together every flushInterval (see batchwrite for what a kill
+// loses). close writes what is pending; it runs after the server has
+// drained, so every answered request has its line.
+func openDecisionLog(dest string, flushInterval time.Duration) (logger *slog.Logger, lines io.Writer, close func() error, err error) {
 	var out io.Writer = os.Stdout
 	closeFile := func() error { return nil }
 	if dest != "" && dest != "-" {
 		f, err := os.OpenFile(dest, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o640)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--decision-log %s: %w", dest, err)
+			return nil, nil, nil, fmt.Errorf("--decision-log %s: %w", dest, err)
 		}
 		out, closeFile = f, f.Close
 	}
 	grouped := batchwrite.New(out, flushInterval, decisionLogBatchBytes)
-	return slog.New(slog.NewJSONHandler(grouped, nil)), func() error {
+	return slog.New(slog.NewJSONHandler(grouped, nil)), grouped, func() error {
 		return errors.Join(grouped.Close(), closeFile())
 	}, nil
 }

@@ -10,7 +10,7 @@ import (
 
 func TestDecisionLogToAFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	log, closeLog, err := openDecisionLog(path, 0)
+	log, _, closeLog, err := openDecisionLog(path, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestDecisionLogToAFile(t *testing.T) {
 	}
 	// Grouped: nothing reaches the file until the interval passes or
 	// the log is closed, which writes everything pending.
-	log, closeLog, _ = openDecisionLog(path, time.Hour)
+	log, _, closeLog, _ = openDecisionLog(path, time.Hour)
 	log.Info("admission decision", "uid", "u2")
 	log.Info("admission decision", "uid", "u3")
 	if data, _ := os.ReadFile(path); strings.Contains(string(data), `"uid":"u2"`) {
@@ -36,7 +36,7 @@ func TestDecisionLogToAFile(t *testing.T) {
 	if lines := strings.Count(string(data), "\n"); lines != 3 || !strings.Contains(string(data), `"uid":"u3"`) {
 		t.Fatalf("decision lines are appended to the file, and closing writes what is pending; got:\n%s", data)
 	}
-	if _, _, err := openDecisionLog(filepath.Join(t.TempDir(), "missing", "dir", "x.jsonl"), 0); err == nil || !strings.Contains(err.Error(), "--decision-log") {
+	if _, _, _, err := openDecisionLog(filepath.Join(t.TempDir(), "missing", "dir", "x.jsonl"), 0); err == nil || !strings.Contains(err.Error(), "--decision-log") {
 		t.Fatalf("an unwritable destination is an error naming the flag, got %v", err)
 	}
 }
