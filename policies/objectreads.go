@@ -20,10 +20,19 @@ import (
 // become values. A nil *ObjectReads reads the objects whole.
 type ObjectReads struct {
 	Object, OldObject *astjson.Projection
-	// review is the AdmissionReview body's projection: the envelope whole,
-	// the objects as above.
+	// review is the AdmissionReview body's projection: the objects as
+	// above, and the envelope whole but for the members the webhook reads
+	// from their bytes (envelopeFromBytes).
 	review *astjson.Projection
 }
+
+// envelopeFromBytes are the members of request whose values the webhook
+// reads from their bytes rather than from Rego values: the kind and
+// resource pairs, the same few in every request, which it decodes once
+// per distinct value, and options, which it keeps as bytes. No policy
+// reads them from the decoded review: the policies' input.request is
+// built from the typed request.
+var envelopeFromBytes = []string{"kind", "resource", "requestKind", "requestResource", "options"}
 
 // contextObjectPaths are the members of each object read whatever the
 // policies: apiVersion and kind (the webhook holds the object to
@@ -38,9 +47,12 @@ var contextObjectPaths = [][]string{{"apiVersion"}, {"kind"}, {"metadata", "labe
 var ContextObjectReads = newObjectReads(astjson.Paths(contextObjectPaths...), astjson.Paths(contextObjectPaths...))
 
 func newObjectReads(object, oldObject *astjson.Projection) *ObjectReads {
+	request := map[string]*astjson.Projection{"object": object, "oldObject": oldObject}
+	for _, name := range envelopeFromBytes {
+		request[name] = astjson.Only(map[string]*astjson.Projection{})
+	}
 	return &ObjectReads{Object: object, OldObject: oldObject,
-		review: astjson.Every(map[string]*astjson.Projection{"request": astjson.Every(map[string]*astjson.Projection{
-			"object": object, "oldObject": oldObject})})}
+		review: astjson.Every(map[string]*astjson.Projection{"request": astjson.Every(request)})}
 }
 
 // objectReadsOf is what a compiled set's decisions may read of the objects.

@@ -20,11 +20,27 @@ type decodedObjects struct {
 	reads             *policies.ObjectReads
 }
 
-// Paths whose bytes the one-pass decoder keeps as RawExtensions.
+// Paths whose bytes the one-pass decoder keeps: the RawExtensions, and
+// the kind and resource pairs, decoded from their bytes (kindsByBytes).
 var (
-	pathObject    = []string{"request", "object"}
-	pathOldObject = []string{"request", "oldObject"}
-	pathOptions   = []string{"request", "options"}
+	pathObject          = []string{"request", "object"}
+	pathOldObject       = []string{"request", "oldObject"}
+	pathOptions         = []string{"request", "options"}
+	pathKind            = []string{"request", "kind"}
+	pathResource        = []string{"request", "resource"}
+	pathRequestKind     = []string{"request", "requestKind"}
+	pathRequestResource = []string{"request", "requestResource"}
+)
+
+// The captures' order in DecodeProjected's answer.
+const (
+	rawObject = iota
+	rawOldObject
+	rawOptions
+	rawKind
+	rawResource
+	rawRequestKind
+	rawRequestResource
 )
 
 // decodeReviewOnePass reads an AdmissionReview body once (internal/astjson)
@@ -41,7 +57,8 @@ var (
 // The objects' values hold only what reads reads (nil: everything); the
 // rest of them is checked as strictly but builds no value.
 func decodeReviewOnePass(body []byte, reads *policies.ObjectReads) (*admissionv1.AdmissionReview, *decodedObjects, bool) {
-	v, raw, err := astjson.DecodeProjected(body, reads.Review(), pathObject, pathOldObject, pathOptions)
+	v, raw, err := astjson.DecodeProjected(body, reads.Review(), pathObject, pathOldObject, pathOptions,
+		pathKind, pathResource, pathRequestKind, pathRequestResource)
 	if err != nil {
 		return nil, nil, false
 	}
@@ -73,18 +90,18 @@ func requestFrom(t *ast.Term, raw [][]byte, objs *decodedObjects) (*admissionv1.
 			s, ok = str(val)
 			r.UID = types.UID(s)
 		case "kind":
-			r.Kind, ok = gvk(val)
+			r.Kind, ok = kindsByBytes.gvk(raw[rawKind])
 		case "resource":
-			r.Resource, ok = gvr(val)
+			r.Resource, ok = kindsByBytes.gvr(raw[rawResource])
 		case "subResource":
 			r.SubResource, ok = str(val)
 		case "requestKind":
 			var k metav1.GroupVersionKind
-			k, ok = gvk(val)
+			k, ok = kindsByBytes.gvk(raw[rawRequestKind])
 			r.RequestKind = &k
 		case "requestResource":
 			var res metav1.GroupVersionResource
-			res, ok = gvr(val)
+			res, ok = kindsByBytes.gvr(raw[rawRequestResource])
 			r.RequestResource = &res
 		case "requestSubResource":
 			r.RequestSubResource, ok = str(val)
@@ -98,11 +115,11 @@ func requestFrom(t *ast.Term, raw [][]byte, objs *decodedObjects) (*admissionv1.
 		case "userInfo":
 			r.UserInfo, ok = userInfo(val)
 		case "object":
-			r.Object, objs.object, ok = embedded(val, raw[0], true)
+			r.Object, objs.object, ok = embedded(val, raw[rawObject], true)
 		case "oldObject":
-			r.OldObject, objs.oldObject, ok = embedded(val, raw[1], true)
+			r.OldObject, objs.oldObject, ok = embedded(val, raw[rawOldObject], true)
 		case "options":
-			r.Options, _, ok = embedded(val, raw[2], false)
+			r.Options, _, ok = embedded(val, raw[rawOptions], false)
 		case "dryRun":
 			b, isBool := val.Value.(ast.Boolean)
 			r.DryRun, ok = new(bool(b)), isBool
