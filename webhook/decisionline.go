@@ -111,7 +111,7 @@ func (l *decisionLine) attrs() []slog.Attr {
 // appendJSON appends the line as slog.NewJSONHandler(w, nil) writes a
 // record at t with attrs, newline included.
 func (l *decisionLine) appendJSON(dst []byte, t time.Time) []byte {
-	o := slogObject{dst: append(dst, `{"time":"`...)}
+	o := jsonObject{dst: append(dst, `{"time":"`...), quote: slogStrings}
 	o.dst = t.AppendFormat(o.dst, time.RFC3339Nano)
 	o.dst = append(o.dst, `","level":"INFO","msg":"`+decisionMessage+`"`...)
 	o.some = true
@@ -146,7 +146,7 @@ func (l *decisionLine) appendJSON(dst []byte, t time.Time) []byte {
 	o.int("patchOps", l.patchOps)
 	if w := l.window; w != nil {
 		o.key("window")
-		g := slogObject{dst: o.dst}
+		g := jsonObject{dst: o.dst, quote: slogStrings}
 		g.string("key", field(w.Key))
 		g.int("count", w.Count)
 		g.int("limit", w.Limit)
@@ -154,7 +154,7 @@ func (l *decisionLine) appendJSON(dst []byte, t time.Time) []byte {
 	}
 	if s := l.store; s != nil {
 		o.key("windowStore")
-		g := slogObject{dst: o.dst}
+		g := jsonObject{dst: o.dst, quote: slogStrings}
 		g.string("onStoreError", string(s.OnStoreError))
 		g.float("latencyMs", milliseconds(s.Latency))
 		if s.Error != "" {
@@ -168,36 +168,17 @@ func (l *decisionLine) appendJSON(dst []byte, t time.Time) []byte {
 	return append(o.end(), '\n')
 }
 
-// slogObject writes an object's members as slog's JSON handler does; its
-// keys are the constant ASCII names above, written as they are.
-type slogObject struct {
-	dst  []byte
-	some bool
-}
+// The members of a decision line, written as slog's JSON handler writes
+// them (a jsonObject quoting as slogStrings).
 
-func (o *slogObject) key(name string) {
-	if o.some {
-		o.dst = append(o.dst, ',')
-	} else {
-		o.dst = append(o.dst, '{')
-		o.some = true
-	}
-	o.dst = append(o.dst, '"')
-	o.dst = append(o.dst, name...)
-	o.dst = append(o.dst, '"', ':')
-}
+func (o *jsonObject) string(name, v string) { o.stringField(name, v, false) }
 
-func (o *slogObject) string(name, v string) {
-	o.key(name)
-	o.dst = appendQuoted(o.dst, v, slogStrings)
-}
-
-func (o *slogObject) bool(name string, v bool) {
+func (o *jsonObject) bool(name string, v bool) {
 	o.key(name)
 	o.dst = strconv.AppendBool(o.dst, v)
 }
 
-func (o *slogObject) int(name string, v int) {
+func (o *jsonObject) int(name string, v int) {
 	o.key(name)
 	o.dst = strconv.AppendInt(o.dst, int64(v), 10)
 }
@@ -205,7 +186,7 @@ func (o *slogObject) int(name string, v int) {
 // float writes v as json.Marshal does, which slog calls for a float64:
 // 'f' form from 1e-6 to 1e21, 'e' form (with e-7, not e-07) outside it.
 // The durations written are never NaN or infinite.
-func (o *slogObject) float(name string, v float64) {
+func (o *jsonObject) float(name string, v float64) {
 	o.key(name)
 	format := byte('f')
 	if a := math.Abs(v); a != 0 && (a < 1e-6 || a >= 1e21) {
@@ -221,7 +202,7 @@ func (o *slogObject) float(name string, v float64) {
 
 // list writes a []string as slog does for slog.Any: through a json.Encoder
 // that leaves HTML alone; nil is null.
-func (o *slogObject) list(name string, items []string) {
+func (o *jsonObject) list(name string, items []string) {
 	o.key(name)
 	if items == nil {
 		o.dst = append(o.dst, "null"...)
@@ -235,13 +216,6 @@ func (o *slogObject) list(name string, items []string) {
 		o.dst = appendQuoted(o.dst, s, jsonStringsNoHTML)
 	}
 	o.dst = append(o.dst, ']')
-}
-
-func (o *slogObject) end() []byte {
-	if !o.some {
-		return append(o.dst, "{}"...)
-	}
-	return append(o.dst, '}')
 }
 
 // lineBuffers recycles the buffers lines are built in.

@@ -83,7 +83,7 @@ func TestSlogFloatIsJSONMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := slogObject{}
+		o := jsonObject{quote: slogStrings}
 		o.float("x", v)
 		if got := string(o.end()); got != `{"x":`+string(want)+`}` {
 			t.Errorf("%v: %s, want %s", v, got, want)

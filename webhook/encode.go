@@ -72,7 +72,8 @@ func appendReview(dst []byte, rev *admissionv1.AdmissionReview) (out []byte, ok 
 			}
 			slices.Sort(keys)
 			for _, k := range keys {
-				ao.stringField(k, r.AuditAnnotations[k], false)
+				ao.anyKey(k)
+				ao.dst = appendQuoted(ao.dst, r.AuditAnnotations[k], ao.quote)
 			}
 			ro.dst = ao.end()
 		}
@@ -105,21 +106,40 @@ func plainStatus(s *metav1.Status) bool {
 	return d == nil || d.Name == "" && d.Group == "" && d.Kind == "" && d.UID == "" && len(d.Causes) == 0
 }
 
-// jsonObject writes one JSON object's members; end closes it.
+// jsonObject writes one JSON object's members, its keys and strings
+// quoted as quote says (json.Marshal's by default); end closes it.
 type jsonObject struct {
-	dst  []byte
-	some bool
+	dst   []byte
+	some  bool
+	quote quoting
 }
 
+// key starts a member named by one of the writers' constant names,
+// letters only, which every quoting writes as they are: it is not scanned
+// (25 scans were half the cost of a decision line). Any other name goes
+// through anyKey.
 func (o *jsonObject) key(name string) {
+	o.next()
+	o.dst = append(o.dst, '"')
+	o.dst = append(o.dst, name...)
+	o.dst = append(o.dst, '"', ':')
+}
+
+// anyKey starts a member whose name comes from data (an audit annotation's
+// key), quoted.
+func (o *jsonObject) anyKey(name string) {
+	o.next()
+	o.dst = appendQuoted(o.dst, name, o.quote)
+	o.dst = append(o.dst, ':')
+}
+
+func (o *jsonObject) next() {
 	if o.some {
 		o.dst = append(o.dst, ',')
 	} else {
 		o.dst = append(o.dst, '{')
 		o.some = true
 	}
-	o.dst = appendJSONString(o.dst, name)
-	o.dst = append(o.dst, ':')
 }
 
 func (o *jsonObject) stringField(name, value string, omitEmpty bool) {
@@ -127,7 +147,7 @@ func (o *jsonObject) stringField(name, value string, omitEmpty bool) {
 		return
 	}
 	o.key(name)
-	o.dst = appendJSONString(o.dst, value)
+	o.dst = appendQuoted(o.dst, value, o.quote)
 }
 
 func (o *jsonObject) end() []byte {

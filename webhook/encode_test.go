@@ -62,6 +62,13 @@ func TestAppendReviewIsJSONMarshal(t *testing.T) {
 	for i, d := range decisions {
 		for _, path := range []policies.Path{policies.PathValidate, policies.PathMutate} {
 			rev := review(types.UID("uid-"+pick()), d, path)
+			if i%2 == 1 {
+				// An audit annotation's key is quoted as any string is.
+				if rev.Response.AuditAnnotations == nil {
+					rev.Response.AuditAnnotations = map[string]string{}
+				}
+				rev.Response.AuditAnnotations[pick()] = pick()
+			}
 			got, ok := appendReview(nil, rev)
 			if !ok {
 				t.Fatalf("decision %d: appendReview declined a review the webhook writes: %+v", i, rev.Response)
