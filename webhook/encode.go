@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,3 +160,72 @@ func (o *jsonObject) end() []byte {
 
 // appendJSONString quotes s as json.Marshal does (appendQuoted).
 func appendJSONString(dst []byte, s string) []byte { return appendQuoted(dst, s, jsonStrings) }
+
+// The three ways a string is quoted in what the webhook writes.
+type quoting uint8
+
+const (
+	// jsonStrings is json.Marshal's: <, > and & escaped for HTML.
+	jsonStrings quoting = iota
+	// jsonStringsNoHTML is a json.Encoder's with SetEscapeHTML(false).
+	jsonStringsNoHTML
+	// slogStrings is slog's JSON handler's for string values: as
+	// jsonStringsNoHTML, but \b and \f as \u0008 and \u000c.
+	slogStrings
+)
+
+// appendQuoted quotes s: control characters as \n, \r, \t (and \b, \f
+// but for slogStrings) or \u00XX, invalid UTF-8 as \ufffd, U+2028 and
+// U+2029 escaped, and <, > and & as \u003c, \u003e, \u0026 for
+// jsonStrings.
+func appendQuoted(dst []byte, s string, q quoting) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && (q != jsonStrings || b != '<' && b != '>' && b != '&') {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch {
+			case b == '\\' || b == '"':
+				dst = append(dst, '\\', b)
+			case b == '\b' && q != slogStrings:
+				dst = append(dst, '\\', 'b')
+			case b == '\f' && q != slogStrings:
+				dst = append(dst, '\\', 'f')
+			case b == '\n':
+				dst = append(dst, '\\', 'n')
+			case b == '\r':
+				dst = append(dst, '\\', 'r')
+			case b == '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		if c == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
