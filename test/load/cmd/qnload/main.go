@@ -375,6 +375,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	if err != nil {
 		return err
 	}
+	gcBefore := memStats(pprofAddr)
 	go func() {
 		r, err := client.Run(ctx, ld)
 		if err == nil && r.Errors > 0 {
@@ -387,6 +388,18 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 			n := time.Duration(r.Requests)
 			logf("profiled run: %d requests, %.0f req/s, p50 %s, p99 %s, server CPU %s per request (of which helpers such as redis-server %s), load average %s",
 				r.Requests, r.Throughput(), r.Percentile(50), r.Percentile(99), usage.CPU/n, usage.HelperCPU/n, load.LoadAverage())
+			// How often the collector ran, and the allocation profile of
+			// the run beside the CPU profile: at Go's default GC the
+			// collector is a fifth of a request's CPU.
+			if after := memStats(pprofAddr); after["NumGC"] >= gcBefore["NumGC"] {
+				logf("GC: %.2f cycles per 1,000 requests, heap goal %d MiB, heap in use %d MiB",
+					float64(after["NumGC"]-gcBefore["NumGC"])*1000/float64(r.Requests), after["NextGC"]>>20, after["HeapAlloc"]>>20)
+			}
+			if herr := saveHeapProfile(pprofAddr, o.cpuProfile+".heap"); herr != nil {
+				logf("heap profile: %v", herr)
+			} else {
+				logf("allocation profile of the whole process: %s.heap (go tool pprof -sample_index=alloc_space -top %s.heap)", o.cpuProfile, o.cpuProfile)
+			}
 		}
 		done <- err
 	}()
@@ -412,6 +425,47 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	}
 	logf("CPU profile of qn-webhook (%s) under %s: %s (go tool pprof -top %s)", o.profileTarget, loop, o.cpuProfile, o.cpuProfile)
 	return nil
+}
+
+// memStats reads the profiled server's runtime.MemStats from its heap
+// profile's text form ("# NumGC = 12" lines); empty when it cannot.
+func memStats(pprofAddr string) map[string]uint64 {
+	out := map[string]uint64{}
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap?debug=1", pprofAddr))
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return out
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		var name string
+		var v uint64
+		if n, _ := fmt.Sscanf(line, "# %s = %d", &name, &v); n == 2 {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// saveHeapProfile writes the profiled server's heap profile to path.
+func saveHeapProfile(pprofAddr, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap", pprofAddr))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func logf(format string, args ...any) {
