@@ -395,7 +395,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 				logf("GC: %.2f cycles per 1,000 requests, heap goal %d MiB, heap in use %d MiB",
 					float64(after["NumGC"]-gcBefore["NumGC"])*1000/float64(r.Requests), after["NextGC"]>>20, after["HeapAlloc"]>>20)
 			}
-			if herr := saveHeapProfile(pprofAddr, o.cpuProfile+".heap"); herr != nil {
+			if herr := saveProfile(fmt.Sprintf("http://%s/debug/pprof/heap", pprofAddr), o.cpuProfile+".heap"); herr != nil {
 				logf("heap profile: %v", herr)
 			} else {
 				logf("allocation profile of the whole process: %s.heap (go tool pprof -sample_index=alloc_space -top %s.heap)", o.cpuProfile, o.cpuProfile)
@@ -404,20 +404,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 		done <- err
 	}()
 	time.Sleep(time.Second)
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(o.profileDuration.Seconds())))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(o.cpuProfile)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(o.profileDuration.Seconds())), o.cpuProfile); err != nil {
 		return err
 	}
 	if err := <-done; err != nil {
@@ -450,9 +437,9 @@ func memStats(pprofAddr string) map[string]uint64 {
 	return out
 }
 
-// saveHeapProfile writes the profiled server's heap profile to path.
-func saveHeapProfile(pprofAddr, path string) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap", pprofAddr))
+// saveProfile writes the profile served at url to path.
+func saveProfile(url, path string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
