@@ -431,18 +431,35 @@ func (t *Terms) New(v ast.Value) *ast.Term {
 // intern copies raw into the text arena and returns it as a string that
 // shares the arena's memory; long strings get their own allocation.
 func (d *decoder) intern(raw []byte) string {
-	if len(raw) == 0 {
-		return ""
+	room := d.textRoom(len(raw))
+	return d.keepText(append(room, raw...), room)
+}
+
+// textRoom is where the next string's text of at most n bytes is written:
+// the arena's free end, or an allocation of its own for a long string. Its
+// capacity is n, so text that outgrew it would move out rather than run
+// past the arena's end.
+func (d *decoder) textRoom(n int) []byte {
+	if n > textSlab/4 {
+		return make([]byte, 0, n)
 	}
-	if len(raw) > textSlab/4 {
-		return string(raw)
-	}
-	if cap(d.text)-len(d.text) < len(raw) {
+	if cap(d.text)-len(d.text) < n {
 		d.text = make([]byte, 0, textSlab)
 	}
-	start := len(d.text)
-	d.text = append(d.text, raw...)
-	return unsafe.String(&d.text[start], len(raw))
+	return d.text[len(d.text) : len(d.text) : len(d.text)+n]
+}
+
+// keepText returns text, written into room, as a string sharing its
+// memory, and moves the arena past it when it is in the arena. Bytes in
+// text are never written again once a string points at them.
+func (d *decoder) keepText(text, room []byte) string {
+	if len(text) == 0 {
+		return ""
+	}
+	if cap(room) <= textSlab/4 && unsafe.SliceData(text) == unsafe.SliceData(room) {
+		d.text = d.text[:len(d.text)+len(text)]
+	}
+	return unsafe.String(unsafe.SliceData(text), len(text))
 }
 
 // plainString reads a string made only of printable ASCII without escapes

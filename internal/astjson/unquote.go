@@ -1,11 +1,9 @@
 package astjson
 
 import (
-	"strconv"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // Strings with escapes or bytes beyond ASCII are read here rather than by
@@ -35,24 +33,8 @@ func (d *decoder) escapedString() (string, error) {
 	if plain {
 		return d.intern(raw), nil
 	}
-	if size > textSlab/4 {
-		buf := appendUnquoted(make([]byte, 0, size), raw)
-		return unsafe.String(unsafe.SliceData(buf), len(buf)), nil
-	}
-	if cap(d.text)-len(d.text) < size {
-		d.text = make([]byte, 0, textSlab)
-	}
-	// The capacity is the bound: were it short, append would move the
-	// text out of the arena rather than past its end.
-	free := d.text[len(d.text) : len(d.text) : len(d.text)+size]
-	buf := appendUnquoted(free, raw)
-	if len(buf) == 0 {
-		return "", nil
-	}
-	if unsafe.SliceData(buf) == unsafe.SliceData(free) {
-		d.text = d.text[:len(d.text)+len(buf)]
-	}
-	return unsafe.String(unsafe.SliceData(buf), len(buf)), nil
+	room := d.textRoom(size)
+	return d.keepText(appendUnquoted(room, raw), room), nil
 }
 
 // skipEscapedString checks the string at d.pos as escapedString reads it,
@@ -177,6 +159,17 @@ func appendUnquoted(dst, raw []byte) []byte {
 
 // hex4 is the value of four hex digits that scanString checked.
 func hex4(b []byte) rune {
-	v, _ := strconv.ParseUint(string(b[:4]), 16, 16)
-	return rune(v)
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c >= 'a':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
