@@ -38,6 +38,7 @@ type options struct {
 	inProcess       string
 	cpuProfile      string
 	gogcVariant     string
+	variantEnv      []string // gogcVariant's variables, parsed once
 	redis           bool
 	shadow          bool
 	profileDuration time.Duration
@@ -69,7 +70,8 @@ func main() {
 	flag.BoolVar(&o.profileOnly, "profile-only", false, "With --cpuprofile: skip the comparison, only profile.")
 	flag.Float64Var(&o.profileRate, "profile-rate", 0, "With --cpuprofile: profile under an open loop of this many requests per second (at most --open-max-in-flight in flight) instead of the closed validate loop (0).")
 	flag.Parse()
-	if _, err := load.RuntimeEnv(o.gogcVariant); err != nil {
+	var err error
+	if o.variantEnv, err = load.RuntimeEnv(o.gogcVariant); err != nil {
 		fmt.Fprintf(os.Stderr, "qnload: --runtime-variant: %v\n", err)
 		os.Exit(2)
 	}
@@ -161,7 +163,6 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	variantEnv, _ := load.RuntimeEnv(o.gogcVariant)
 	if o.shadow {
 		candidate := filepath.Join(work, "policies-candidate")
 		if err := load.WriteShadowCandidate(candidate); err != nil {
@@ -177,7 +178,7 @@ func run(ctx context.Context, o options) error {
 		// GC more than it costs the chart's.
 		if v := o.gogcVariant; v != "" {
 			if err := start(load.WithRuntime(load.NameWebhookShadow, v), func() (*load.Server, error) {
-				return load.StartWebhookShadow(load.WithRuntime(load.NameWebhookShadow, v), webhookBin, filepath.Join(work, "qn-shadow-variant-certs"), candidate, variantEnv)
+				return load.StartWebhookShadow(load.WithRuntime(load.NameWebhookShadow, v), webhookBin, filepath.Join(work, "qn-shadow-variant-certs"), candidate, o.variantEnv)
 			}); err != nil {
 				return err
 			}
@@ -187,8 +188,8 @@ func run(ctx context.Context, o options) error {
 	// defaults and, when given, with the runtime variant: they are
 	// compared at equal settings only.
 	envs := [][]string{nil}
-	if variantEnv != nil {
-		envs = append(envs, variantEnv)
+	if o.variantEnv != nil {
+		envs = append(envs, o.variantEnv)
 	}
 	for i, env := range envs {
 		named := func(target string) string {
@@ -338,7 +339,7 @@ func profile(ctx context.Context, o options, work string, fixtures []*load.Fixtu
 	if err != nil {
 		return err
 	}
-	env, _ := load.RuntimeEnv(o.gogcVariant)
+	env := o.variantEnv
 	var srv *load.Server
 	switch o.profileTarget {
 	case "memory":
