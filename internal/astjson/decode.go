@@ -49,8 +49,7 @@ func (e *DuplicateError) Error() string {
 // Decode parses one JSON value. A syntax error names its byte offset; a
 // repeated key gives a *DuplicateError once the whole value is read.
 func Decode(data []byte) (ast.Value, error) {
-	d := decoder{data: data}
-	return d.decode(nil)
+	return newDecoder(data).decode(nil)
 }
 
 func (d *decoder) decode(p *Projection) (ast.Value, error) {
@@ -90,6 +89,21 @@ type decoder struct {
 	// names holds the keys of the objects being skipped, innermost last,
 	// to find a key repeated in an object no value is built for.
 	names []string
+	// elems holds the elements of the arrays being read, innermost last.
+	elems []*ast.Term
+	// The stacks above start in these, so a request's object of ordinary
+	// depth and width grows none of them: each growth was an allocation.
+	pathStart  [16]segment
+	namesStart [32]string
+	itemsStart [48][2]*ast.Term
+	elemsStart [16]*ast.Term
+}
+
+// newDecoder is a decoder of data, its stacks in their starting arrays.
+func newDecoder(data []byte) *decoder {
+	d := &decoder{data: data}
+	d.path, d.names, d.items, d.elems = d.pathStart[:0], d.namesStart[:0], d.itemsStart[:0], d.elemsStart[:0]
+	return d
 }
 
 // DecodeCapturing is Decode that also returns the bytes of the values at
@@ -104,7 +118,8 @@ func DecodeCapturing(data []byte, paths ...[]string) (ast.Value, [][]byte, error
 // keeps (Projection): the rest is read and checked as Decode would, and
 // left out of the value.
 func DecodeProjected(data []byte, p *Projection, paths ...[]string) (ast.Value, [][]byte, error) {
-	d := decoder{data: data, capture: paths, captured: make([][]byte, len(paths))}
+	d := newDecoder(data)
+	d.capture, d.captured = paths, make([][]byte, len(paths))
 	v, err := d.decode(p)
 	if err != nil {
 		return nil, nil, err
@@ -311,7 +326,9 @@ func (d *decoder) array() (ast.Value, error) {
 		d.pos++
 		return ast.NewArray(), nil
 	}
-	var terms []*ast.Term
+	// The elements are gathered on d.elems and copied out once the array
+	// ends: one allocation of the exact length, instead of one per growth.
+	start := len(d.elems)
 	for i := 0; ; i++ {
 		d.path = append(d.path, segment{index: i})
 		v, err := d.value(nil)
@@ -319,7 +336,7 @@ func (d *decoder) array() (ast.Value, error) {
 			return nil, err
 		}
 		d.path = d.path[:len(d.path)-1]
-		terms = append(terms, d.term(v))
+		d.elems = append(d.elems, d.term(v))
 		d.skipSpace()
 		if d.pos >= len(d.data) {
 			return nil, d.syntaxError("in an array")
@@ -329,6 +346,9 @@ func (d *decoder) array() (ast.Value, error) {
 			d.pos++
 		case ']':
 			d.pos++
+			terms := slices.Clone(d.elems[start:])
+			clear(d.elems[start:])
+			d.elems = d.elems[:start]
 			return ast.NewArray(terms...), nil
 		default:
 			return nil, d.syntaxError("after an array element")
