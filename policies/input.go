@@ -132,6 +132,19 @@ type Facts struct {
 	// Window is the requester's rate window before this request, set by
 	// the engine for roles with a window.
 	Window *WindowState `json:"window,omitempty"`
+
+	// labelsValue and annotationsValue are Labels and Annotations as the
+	// Rego objects the webhook decoded them from (ShareMetadataValues):
+	// input.context shares them rather than building both again.
+	labelsValue, annotationsValue ast.Object
+}
+
+// ShareMetadataValues gives the Rego objects Labels and Annotations were
+// read from, for input.context to share: each must hold exactly the
+// strings of its map (a nil one is built from the map). Whoever changes
+// Labels or Annotations afterwards calls it again.
+func (c *Facts) ShareMetadataValues(labels, annotations ast.Object) {
+	c.labelsValue, c.annotationsValue = labels, annotations
 }
 
 // WindowState is the rate window policies see as input.context.window, so a

@@ -230,3 +230,38 @@ func fillEvery(v reflect.Value) {
 		v.SetFloat(1.5)
 	}
 }
+
+// TestContextSharesTheDecodedLabelsAndAnnotations: input.context.labels
+// and annotations are the objects the webhook decoded when it shares them
+// (no second build), and without them the same values built from the maps.
+func TestContextSharesTheDecodedLabelsAndAnnotations(t *testing.T) {
+	labels := map[string]string{"qn.dev/tier": "edge", "app": "sensor"}
+	annotations := map[string]string{RoleAnnotation: "realtime"}
+	decoded := func(m map[string]string) ast.Object {
+		o := ast.NewObject()
+		for k, v := range m {
+			o.Insert(ast.StringTerm(k), ast.StringTerm(v))
+		}
+		return o
+	}
+	labelsValue, annotationsValue := decoded(labels), decoded(annotations)
+	req := admissionv1.AdmissionRequest{Operation: admissionv1.Create}
+	built, err := inputValue(&Input{Request: &req}, Facts{Labels: labels, Annotations: annotations})
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := Facts{Labels: labels, Annotations: annotations}
+	facts.ShareMetadataValues(labelsValue, annotationsValue)
+	shared, err := inputValue(&Input{Request: &req}, facts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built.Compare(shared) != 0 {
+		t.Fatalf("the input with shared metadata differs:\n%v\nbuilt from the maps:\n%v", shared, built)
+	}
+	for field, want := range map[string]ast.Object{"labels": labelsValue, "annotations": annotationsValue} {
+		if got := ValueAt(shared, "context", field); got != ast.Value(want) {
+			t.Errorf("input.context.%s is a new object, not the decoded one", field)
+		}
+	}
+}

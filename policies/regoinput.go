@@ -354,10 +354,10 @@ func (b *inputBuilder) contextObject(c Facts) ast.Object {
 	items = b.strMember(items, keyNamespace, c.Namespace, b.wantContext(keyNamespace))
 	items = b.strMember(items, keyName, c.Name, b.wantContext(keyName))
 	if b.wantContext(keyLabels) {
-		items = append(items, ast.Item(keyLabels, b.stringMapTerm(c.Labels)))
+		items = append(items, ast.Item(keyLabels, b.stringMapTerm(c.Labels, c.labelsValue)))
 	}
 	if b.wantContext(keyAnnotations) {
-		items = append(items, ast.Item(keyAnnotations, b.stringMapTerm(c.Annotations)))
+		items = append(items, ast.Item(keyAnnotations, b.stringMapTerm(c.Annotations, c.annotationsValue)))
 	}
 	items = b.strMember(items, keyRole, c.Role, b.wantContext(keyRole))
 	if b.wantContext(keyDryRun) {
@@ -428,7 +428,12 @@ func (b *inputBuilder) stringsTerm(list []string) *ast.Term {
 	return b.terms.New(ast.NewArray(terms...))
 }
 
-func (b *inputBuilder) stringMapTerm(m map[string]string) *ast.Term {
+// stringMapTerm is m as a Rego object: shared, when the caller has m's
+// object already.
+func (b *inputBuilder) stringMapTerm(m map[string]string, shared ast.Object) *ast.Term {
+	if shared != nil {
+		return b.terms.New(shared)
+	}
 	o := ast.NewObject()
 	for k, v := range m {
 		o.Insert(b.terms.New(b.terms.String(k)), b.terms.New(b.terms.String(v)))

@@ -90,39 +90,42 @@ func extractInput(req *admissionv1.AdmissionRequest, objs *decodedObjects, now t
 			c.Extra[k] = v
 		}
 	}
-	if c.Labels, err = stringMap(meta, "labels"); err != nil {
+	var labels, annotations ast.Object
+	if c.Labels, labels, err = stringMap(meta, "labels"); err != nil {
 		return nil, err
 	}
-	if c.Annotations, err = stringMap(meta, "annotations"); err != nil {
+	if c.Annotations, annotations, err = stringMap(meta, "annotations"); err != nil {
 		return nil, err
 	}
+	c.ShareMetadataValues(labels, annotations)
 	c.Role = c.Annotations[policies.RoleAnnotation]
 	in.Facts = c
 	return in, nil
 }
 
-// stringMap reads metadata.labels or metadata.annotations; a value that is
-// not a map of strings is a malformed object, not an empty map.
-func stringMap(obj ast.Value, field string) (map[string]string, error) {
+// stringMap reads metadata.labels or metadata.annotations, as a map and,
+// when the object has the member, as the Rego object it is; a value that
+// is not a map of strings is a malformed object, not an empty map.
+func stringMap(obj ast.Value, field string) (map[string]string, ast.Object, error) {
 	out := map[string]string{}
 	if obj == nil {
-		return out, nil
+		return out, nil, nil
 	}
 	metadata := policies.ValueAt(obj, "metadata")
 	if metadata == nil {
-		return out, nil
+		return out, nil, nil
 	}
 	meta, ok := metadata.(ast.Object)
 	if !ok {
-		return nil, fmt.Errorf("metadata is %s, not an object", typeName(metadata))
+		return nil, nil, fmt.Errorf("metadata is %s, not an object", typeName(metadata))
 	}
 	value := policies.ValueAt(meta, field)
 	if value == nil {
-		return out, nil
+		return out, nil, nil
 	}
 	m, ok := value.(ast.Object)
 	if !ok {
-		return nil, fmt.Errorf("metadata.%s is %s, not an object", field, typeName(value))
+		return nil, nil, fmt.Errorf("metadata.%s is %s, not an object", field, typeName(value))
 	}
 	var err error
 	m.Foreach(func(k, v *ast.Term) {
@@ -137,9 +140,9 @@ func stringMap(obj ast.Value, field string) (map[string]string, error) {
 		out[key] = string(s)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, m, nil
 }
 
 // typeName names a JSON value's type in an error message.
