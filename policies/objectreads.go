@@ -22,7 +22,7 @@ type ObjectReads struct {
 	Object, OldObject *astjson.Projection
 	// review is the AdmissionReview body's projection: the objects as
 	// above, and the envelope whole but for the members the webhook reads
-	// from their bytes (envelopeFromBytes).
+	// from their bytes (envelopeFromBytes), its objects streamed.
 	review *astjson.Projection
 }
 
@@ -46,13 +46,23 @@ var contextObjectPaths = [][]string{{"apiVersion"}, {"kind"}, {"metadata", "labe
 // (one that reads the raw bytes) declares it.
 var ContextObjectReads = newObjectReads(astjson.Paths(contextObjectPaths...), astjson.Paths(contextObjectPaths...))
 
+// The envelope's objects the webhook reads member by member
+// (astjson.Streamed) into the typed review: the review, its request and
+// the request's userInfo build no Rego value.
+const (
+	ReviewStream = iota + 1
+	RequestStream
+	UserInfoStream
+)
+
 func newObjectReads(object, oldObject *astjson.Projection) *ObjectReads {
-	request := map[string]*astjson.Projection{"object": object, "oldObject": oldObject}
+	request := map[string]*astjson.Projection{"object": object, "oldObject": oldObject,
+		"userInfo": astjson.Streamed(UserInfoStream, nil)}
 	for _, name := range envelopeFromBytes {
 		request[name] = astjson.Only(map[string]*astjson.Projection{})
 	}
 	return &ObjectReads{Object: object, OldObject: oldObject,
-		review: astjson.Every(map[string]*astjson.Projection{"request": astjson.Every(request)})}
+		review: astjson.Streamed(ReviewStream, map[string]*astjson.Projection{"request": astjson.Streamed(RequestStream, request)})}
 }
 
 // objectReadsOf is what a compiled set's decisions may read of the objects.
@@ -63,14 +73,17 @@ func objectReadsOf(c *rego.Compiled) *ObjectReads {
 	return newObjectReads(of("object"), of("oldObject"))
 }
 
-// Review is the projection an AdmissionReview body is decoded under; nil
-// (everything) for nil reads.
+// Review is the projection an AdmissionReview body is decoded under
+// (astjson.DecodeMembers); for nil reads, the objects whole.
 func (r *ObjectReads) Review() *astjson.Projection {
 	if r == nil {
-		return nil
+		return wholeObjects.review
 	}
 	return r.review
 }
+
+// wholeObjects reads the objects whole, the envelope as ObjectReads does.
+var wholeObjects = newObjectReads(nil, nil)
 
 // Covers reports whether objects decoded under r hold everything q reads.
 func (r *ObjectReads) Covers(q *ObjectReads) bool {

@@ -57,82 +57,118 @@ const (
 // The objects' values hold only what reads reads (nil: everything); the
 // rest of them is checked as strictly but builds no value.
 func decodeReviewOnePass(body []byte, reads *policies.ObjectReads) (*admissionv1.AdmissionReview, *decodedObjects, bool) {
-	v, raw, err := astjson.DecodeProjected(body, reads.Review(), pathObject, pathOldObject, pathOptions,
+	top, members, raw, err := astjson.DecodeMembers(body, reads.Review(), pathObject, pathOldObject, pathOptions,
 		pathKind, pathResource, pathRequestKind, pathRequestResource)
-	if err != nil {
+	if err != nil || top != astjson.StreamedObject {
 		return nil, nil, false
 	}
 	rev := &admissionv1.AdmissionReview{}
+	// The request's members come before the review's own place for it.
+	r := &admissionv1.AdmissionRequest{}
 	objs := &decodedObjects{reads: reads}
-	ok := eachMember(ast.NewTerm(v), func(key ast.String, val *ast.Term) (ok bool) {
-		switch key {
-		case "apiVersion":
-			rev.APIVersion, ok = str(val)
-		case "kind":
-			rev.Kind, ok = str(val)
-		case "request":
-			rev.Request, ok = requestFrom(val, raw, objs)
+	for _, m := range members {
+		ok := false
+		switch m.Object {
+		case policies.ReviewStream:
+			ok = reviewMember(rev, r, m)
+		case policies.RequestStream:
+			ok = requestMember(r, m, raw, objs)
+		case policies.UserInfoStream:
+			ok = userInfoMember(&r.UserInfo, m)
 		}
-		return ok // anything else: a response, or a field strict decoding refuses
-	})
-	if !ok {
-		return nil, nil, false
+		if !ok {
+			return nil, nil, false
+		}
 	}
 	return rev, objs, true
 }
 
-func requestFrom(t *ast.Term, raw [][]byte, objs *decodedObjects) (*admissionv1.AdmissionRequest, bool) {
-	r := &admissionv1.AdmissionRequest{}
-	ok := eachMember(t, func(key ast.String, val *ast.Term) (ok bool) {
-		var s string
-		switch key {
-		case "uid":
-			s, ok = str(val)
-			r.UID = types.UID(s)
-		case "kind":
-			r.Kind, ok = kindsByBytes.gvk(raw[rawKind])
-		case "resource":
-			r.Resource, ok = kindsByBytes.gvr(raw[rawResource])
-		case "subResource":
-			r.SubResource, ok = str(val)
-		case "requestKind":
-			var k metav1.GroupVersionKind
-			k, ok = kindsByBytes.gvk(raw[rawRequestKind])
-			r.RequestKind = &k
-		case "requestResource":
-			var res metav1.GroupVersionResource
-			res, ok = kindsByBytes.gvr(raw[rawRequestResource])
-			r.RequestResource = &res
-		case "requestSubResource":
-			r.RequestSubResource, ok = str(val)
-		case "name":
-			r.Name, ok = str(val)
-		case "namespace":
-			r.Namespace, ok = str(val)
-		case "operation":
-			s, ok = str(val)
-			r.Operation = admissionv1.Operation(s)
-		case "userInfo":
-			r.UserInfo, ok = userInfo(val)
-		case "object":
-			r.Object, objs.object, ok = embedded(val, raw[rawObject], true)
-		case "oldObject":
-			r.OldObject, objs.oldObject, ok = embedded(val, raw[rawOldObject], true)
-		case "options":
-			r.Options, _, ok = embedded(val, raw[rawOptions], false)
-		case "dryRun":
-			b, isBool := val.Value.(ast.Boolean)
-			r.DryRun, ok = new(bool(b)), isBool
-		}
-		return ok
-	})
-	return r, ok
+// reviewMember sets the review's member m; a member strict decoding
+// refuses (or a response) is not ok, as is a request that is not an
+// object.
+func reviewMember(rev *admissionv1.AdmissionReview, r *admissionv1.AdmissionRequest, m astjson.Member) (ok bool) {
+	switch m.Key {
+	case "apiVersion":
+		rev.APIVersion, ok = str(m.Value)
+	case "kind":
+		rev.Kind, ok = str(m.Value)
+	case "request":
+		rev.Request, ok = r, m.Value == astjson.StreamedObject
+	}
+	return ok
 }
 
-// eachMember calls member for each member of object t, until one returns
+// requestMember sets the request's member m, as sigs.k8s.io/json would.
+func requestMember(r *admissionv1.AdmissionRequest, m astjson.Member, raw [][]byte, objs *decodedObjects) (ok bool) {
+	var s string
+	val := m.Value
+	switch m.Key {
+	case "uid":
+		s, ok = str(val)
+		r.UID = types.UID(s)
+	case "kind":
+		r.Kind, ok = kindsByBytes.gvk(raw[rawKind])
+	case "resource":
+		r.Resource, ok = kindsByBytes.gvr(raw[rawResource])
+	case "subResource":
+		r.SubResource, ok = str(val)
+	case "requestKind":
+		var k metav1.GroupVersionKind
+		k, ok = kindsByBytes.gvk(raw[rawRequestKind])
+		r.RequestKind = &k
+	case "requestResource":
+		var res metav1.GroupVersionResource
+		res, ok = kindsByBytes.gvr(raw[rawRequestResource])
+		r.RequestResource = &res
+	case "requestSubResource":
+		r.RequestSubResource, ok = str(val)
+	case "name":
+		r.Name, ok = str(val)
+	case "namespace":
+		r.Namespace, ok = str(val)
+	case "operation":
+		s, ok = str(val)
+		r.Operation = admissionv1.Operation(s)
+	case "userInfo":
+		// Its members are set already (userInfoMember); anything but an
+		// object goes the old way.
+		ok = val == astjson.StreamedObject
+	case "object":
+		r.Object, objs.object, ok = embedded(val, raw[rawObject], true)
+	case "oldObject":
+		r.OldObject, objs.oldObject, ok = embedded(val, raw[rawOldObject], true)
+	case "options":
+		r.Options, _, ok = embedded(val, raw[rawOptions], false)
+	case "dryRun":
+		b, isBool := val.(ast.Boolean)
+		r.DryRun, ok = new(bool(b)), isBool
+	}
+	return ok
+}
+
+// userInfoMember sets the userInfo's member m.
+func userInfoMember(u *authenticationv1.UserInfo, m astjson.Member) (ok bool) {
+	switch m.Key {
+	case "username":
+		u.Username, ok = str(m.Value)
+	case "uid":
+		u.UID, ok = str(m.Value)
+	case "groups":
+		u.Groups, ok = stringList(m.Value)
+	case "extra":
+		u.Extra = map[string]authenticationv1.ExtraValue{}
+		ok = eachMember(m.Value, func(name ast.String, list *ast.Term) (ok bool) {
+			u.Extra[string(name)], ok = stringList(list.Value)
+			return ok
+		})
+	}
+	return ok
+}
+
+// eachMember calls member for each member of object v, until one returns
 // false; false when t is not an object or a member was refused.
-func eachMember(t *ast.Term, member func(key ast.String, val *ast.Term) bool) bool {
-	obj, isObj := t.Value.(ast.Object)
+func eachMember(v ast.Value, member func(key ast.String, val *ast.Term) bool) bool {
+	obj, isObj := v.(ast.Object)
 	if !isObj {
 		return false
 	}
@@ -147,20 +183,20 @@ func eachMember(t *ast.Term, member func(key ast.String, val *ast.Term) bool) bo
 
 // embedded is a RawExtension member: its bytes as sigs.k8s.io/json keeps
 // them (none for null), and its value when it must be an object.
-func embedded(t *ast.Term, raw []byte, object bool) (runtime.RawExtension, ast.Value, bool) {
-	switch t.Value.(type) {
+func embedded(v ast.Value, raw []byte, object bool) (runtime.RawExtension, ast.Value, bool) {
+	switch v.(type) {
 	case ast.Null:
 		return runtime.RawExtension{}, nil, true
 	case ast.Object:
-		return runtime.RawExtension{Raw: raw}, t.Value, raw != nil
+		return runtime.RawExtension{Raw: raw}, v, raw != nil
 	}
 	// Only options may be any JSON; an object that is not one gets the
 	// old path's clear error.
 	return runtime.RawExtension{Raw: raw}, nil, !object && raw != nil
 }
 
-func str(t *ast.Term) (string, bool) {
-	s, ok := t.Value.(ast.String)
+func str(v ast.Value) (string, bool) {
+	s, ok := v.(ast.String)
 	return string(s), ok
 }
 
@@ -205,32 +241,10 @@ func gvr(t *ast.Term) (metav1.GroupVersionResource, bool) {
 	return metav1.GroupVersionResource{Group: f[0], Version: f[1], Resource: f[2]}, ok
 }
 
-func userInfo(t *ast.Term) (authenticationv1.UserInfo, bool) {
-	var u authenticationv1.UserInfo
-	ok := eachMember(t, func(key ast.String, val *ast.Term) (ok bool) {
-		switch key {
-		case "username":
-			u.Username, ok = str(val)
-		case "uid":
-			u.UID, ok = str(val)
-		case "groups":
-			u.Groups, ok = stringList(val)
-		case "extra":
-			u.Extra = map[string]authenticationv1.ExtraValue{}
-			ok = eachMember(val, func(name ast.String, list *ast.Term) (ok bool) {
-				u.Extra[string(name)], ok = stringList(list)
-				return ok
-			})
-		}
-		return ok
-	})
-	return u, ok
-}
-
 // stringList is a JSON array of strings; never nil, as sigs.k8s.io/json
 // decodes [] to an empty slice.
-func stringList(t *ast.Term) ([]string, bool) {
-	arr, isArr := t.Value.(*ast.Array)
+func stringList(v ast.Value) ([]string, bool) {
+	arr, isArr := v.(*ast.Array)
 	if !isArr {
 		return nil, false
 	}

@@ -91,19 +91,55 @@ type decoder struct {
 	names []string
 	// elems holds the elements of the arrays being read, innermost last.
 	elems []*ast.Term
+	// members lists the members of streamed objects (Streamed).
+	members []Member
 	// The stacks above start in these, so a request's object of ordinary
 	// depth and width grows none of them: each growth was an allocation.
 	pathStart  [16]segment
 	namesStart [32]string
 	itemsStart [48][2]*ast.Term
 	elemsStart [16]*ast.Term
+	// A review's envelope streams about 20 members.
+	membersStart [24]Member
 }
 
 // newDecoder is a decoder of data, its stacks in their starting arrays.
 func newDecoder(data []byte) *decoder {
 	d := &decoder{data: data}
 	d.path, d.names, d.items, d.elems = d.pathStart[:0], d.namesStart[:0], d.itemsStart[:0], d.elemsStart[:0]
+	d.members = d.membersStart[:0]
 	return d
+}
+
+// Member is a member of a streamed object (Streamed): the id of the
+// object's projection, the member's key, and its value under the
+// member's projection, or StreamedObject for an object streamed itself.
+type Member struct {
+	Object int
+	Key    string
+	Value  ast.Value
+}
+
+// StreamedObject holds a streamed object's place (Streamed): its members
+// are in DecodeMembers' list.
+var StreamedObject ast.Value = streamedObject{}
+
+// streamedObject is a type of its own, so no JSON value equals it.
+type streamedObject struct{ ast.Null }
+
+// DecodeMembers is DecodeProjected for a reader that takes objects member
+// by member: the objects p streams (Streamed) build no value, and their
+// kept members are listed in the order they are read, an object's members
+// before its own place in its parent's list. top is StreamedObject when
+// the document is an object streamed by p, and otherwise the document's
+// value. The document is read and checked exactly as Decode reads it.
+func DecodeMembers(data []byte, p *Projection, paths ...[]string) (top ast.Value, members []Member, captured [][]byte, err error) {
+	d := newDecoder(data)
+	d.capture, d.captured = paths, make([][]byte, len(paths))
+	if top, err = d.decode(p); err != nil {
+		return nil, nil, nil, err
+	}
+	return top, d.members, d.captured, nil
 }
 
 // DecodeCapturing is Decode that also returns the bytes of the values at
@@ -216,8 +252,12 @@ func (d *decoder) object(p *Projection) (ast.Value, error) {
 	}
 	d.pos++ // {
 	d.skipSpace()
+	streamed := p != nil && p.stream != 0
 	if d.pos < len(d.data) && d.data[d.pos] == '}' {
 		d.pos++
+		if streamed {
+			return StreamedObject, nil
+		}
 		return ast.NewObject(), nil
 	}
 	// The members are gathered on d.items and the object made at once:
@@ -259,9 +299,12 @@ func (d *decoder) object(p *Projection) (ast.Value, error) {
 		switch {
 		case d.seenKey(start, &seen, name):
 			d.duplicates = append(d.duplicates, d.pathOf(name))
-		case v == nil:
-			// Left out, but its key is kept until the object ends, so a
-			// repeat of it is found as Decode finds one.
+		case v == nil || streamed:
+			// Left out or listed, but its key is kept until the object
+			// ends, so a repeat of it is found as Decode finds one.
+			if v != nil {
+				d.members = append(d.members, Member{Object: p.stream, Key: name, Value: v})
+			}
 			d.items = append(d.items, [2]*ast.Term{key, nil})
 			left = true
 		default:
@@ -276,6 +319,11 @@ func (d *decoder) object(p *Projection) (ast.Value, error) {
 			d.pos++
 		case '}':
 			d.pos++
+			if streamed {
+				clear(d.items[start:])
+				d.items = d.items[:start]
+				return StreamedObject, nil
+			}
 			members := d.items[start:]
 			if left {
 				members = slices.DeleteFunc(members, func(m [2]*ast.Term) bool { return m[1] == nil })

@@ -23,6 +23,10 @@ type Projection struct {
 	// others says the members not named are kept whole; otherwise they
 	// are left out.
 	others bool
+	// stream, when not 0, is the id under which the object's members are
+	// handed to DecodeMembers' list instead of becoming an object
+	// (Streamed).
+	stream int
 }
 
 // Only keeps just the named members of an object, each under its own
@@ -35,6 +39,20 @@ func Only(members map[string]*Projection) *Projection {
 // projections.
 func Every(members map[string]*Projection) *Projection {
 	return &Projection{members: members, others: true}
+}
+
+// Streamed keeps every member of an object, the named ones under their
+// own projections, as Every does, but builds no object of them: for a
+// reader that takes the members one by one (DecodeMembers), each kept
+// member is listed under id (1 or more) as it is read. The object's own
+// place holds StreamedObject. A streamed projection is the top one or a
+// member's of another streamed projection: an object value never holds
+// StreamedObject.
+func Streamed(id int, members map[string]*Projection) *Projection {
+	if id < 1 {
+		panic("astjson.Streamed: an id is 1 or more")
+	}
+	return &Projection{members: members, others: true, stream: id}
 }
 
 // Paths keeps the values at the given paths of object keys, whole, and

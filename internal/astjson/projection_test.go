@@ -28,7 +28,17 @@ func projectedAgrees(t *testing.T, data []byte, p *Projection) {
 	t.Helper()
 	capture := [][]string{{"request", "object"}, {"a"}}
 	full, fullRaw, fullErr := DecodeCapturing(data, capture...)
-	got, raw, err := DecodeProjected(data, p, capture...)
+	var got ast.Value
+	var raw [][]byte
+	var err error
+	if p != nil && p.stream != 0 {
+		var members []Member
+		if got, members, raw, err = DecodeMembers(data, p, capture...); got == StreamedObject {
+			got = assemble(p, members)
+		}
+	} else {
+		got, raw, err = DecodeProjected(data, p, capture...)
+	}
 	if (err == nil) != (fullErr == nil) || (err != nil && err.Error() != fullErr.Error()) {
 		t.Fatalf("DecodeProjected(%q, %v): error %v, Decode's %v", data, p, err, fullErr)
 	}
@@ -49,13 +59,34 @@ func projectedAgrees(t *testing.T, data []byte, p *Projection) {
 	}
 }
 
+// assemble builds the object DecodeMembers listed for streamed p: the
+// members listed under p's id, in order, each streamed one assembled in
+// turn.
+func assemble(p *Projection, members []Member) ast.Value {
+	obj := ast.NewObject()
+	for _, m := range members {
+		if m.Object != p.stream {
+			continue
+		}
+		v := m.Value
+		if v == StreamedObject {
+			child, _ := p.Member(m.Key)
+			v = assemble(child, members)
+		}
+		obj.Insert(ast.StringTerm(m.Key), ast.NewTerm(v))
+	}
+	return obj
+}
+
 // projectionsOf are the projections a spec names: the paths alone, and
 // the paths below request.object of an otherwise whole document, as the
-// webhook decodes an AdmissionReview.
+// webhook decodes an AdmissionReview, once as values and once with the
+// document and its request streamed, their userInfo too.
 func projectionsOf(spec string) []*Projection {
 	paths := parsePaths(spec)
 	below := Paths(paths...)
-	return []*Projection{Paths(paths...), Every(map[string]*Projection{"request": Every(map[string]*Projection{"object": below, "oldObject": below})})}
+	return []*Projection{Paths(paths...), Every(map[string]*Projection{"request": Every(map[string]*Projection{"object": below, "oldObject": below})}),
+		Streamed(1, map[string]*Projection{"request": Streamed(2, map[string]*Projection{"object": below, "oldObject": below, "userInfo": Streamed(3, nil)})})}
 }
 
 func TestProjectedDecodingKeepsOnlyWhatIsNamed(t *testing.T) {
