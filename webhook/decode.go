@@ -127,12 +127,11 @@ func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *r
 	// sends one: one exact allocation instead of doubling, which would
 	// hold up to twice the body), or up to one byte past the limit, to
 	// tell a body that is too large.
-	want := maxBytes + 1
-	body := make([]byte, 0, 512)
+	want, size := maxBytes+1, int64(512)
 	if n := r.ContentLength; n >= 0 {
-		want = n
-		body = make([]byte, 0, n)
+		want, size = n, n
 	}
+	body := make([]byte, 0, size)
 	for int64(len(body)) < want {
 		if len(body) == cap(body) {
 			body = slices.Grow(body, int(min(int64(cap(body)), want-int64(len(body)))))
