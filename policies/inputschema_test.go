@@ -10,6 +10,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
@@ -262,6 +263,42 @@ func TestContextSharesTheDecodedLabelsAndAnnotations(t *testing.T) {
 	for field, want := range map[string]ast.Object{"labels": labelsValue, "annotations": annotationsValue} {
 		if got := ValueAt(shared, "context", field); got != ast.Value(want) {
 			t.Errorf("input.context.%s is a new object, not the decoded one", field)
+		}
+	}
+}
+
+// TestKindAndResourceObjectsAreBuiltOncePerValue: the input's kind and
+// resource objects are shared between requests of the same kind (and
+// between request.kind and context.kind), and hold their own values.
+func TestKindAndResourceObjectsAreBuiltOncePerValue(t *testing.T) {
+	input := func(group, kind, resource string) ast.Value {
+		req := admissionv1.AdmissionRequest{Operation: admissionv1.Create,
+			Kind:     metav1.GroupVersionKind{Group: group, Version: "v1", Kind: kind},
+			Resource: metav1.GroupVersionResource{Group: group, Version: "v1", Resource: resource}}
+		facts := Facts{Kind: GroupVersionKind{Group: group, Version: "v1", Kind: kind},
+			Resource: GroupVersionRes{Group: group, Version: "v1", Resource: resource}}
+		v, err := inputValue(&Input{Request: &req}, facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	first, second, other := input("qn.dev", "QuantumNode", "quantumnodes"), input("qn.dev", "QuantumNode", "quantumnodes"), input("", "Pod", "pods")
+	for _, path := range [][]string{{"request", "kind"}, {"context", "kind"}, {"request", "resource"}, {"context", "resource"}} {
+		if ValueAt(first, path...) != ValueAt(second, path...) {
+			t.Errorf("input.%s is built again for the same kind", strings.Join(path, "."))
+		}
+	}
+	if ValueAt(first, "request", "kind") != ValueAt(first, "context", "kind") {
+		t.Error("request.kind and context.kind are two objects of one value")
+	}
+	for v, want := range map[ast.Value]string{
+		ValueAt(first, "request", "kind"):     `{"group": "qn.dev", "kind": "QuantumNode", "version": "v1"}`,
+		ValueAt(other, "context", "kind"):     `{"group": "", "kind": "Pod", "version": "v1"}`,
+		ValueAt(other, "request", "resource"): `{"group": "", "resource": "pods", "version": "v1"}`,
+	} {
+		if v.Compare(ast.MustParseTerm(want).Value) != 0 {
+			t.Errorf("got %v, want %s", v, want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/internal/cowcache"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -189,10 +191,10 @@ func (b *inputBuilder) requestObject(in *Input) (ast.Object, error) {
 	items := buf[:0]
 	items = b.strMember(items, keyUid, string(r.UID), b.wantRequest(keyUid))
 	if b.wantRequest(keyKind) {
-		items = append(items, ast.Item(keyKind, b.gvkTerm(r.Kind)))
+		items = append(items, ast.Item(keyKind, kindTerm(r.Kind)))
 	}
 	if b.wantRequest(keyResource) {
-		items = append(items, ast.Item(keyResource, b.gvrTerm(r.Resource)))
+		items = append(items, ast.Item(keyResource, resourceTerm(r.Resource)))
 	}
 	items = b.strMember(items, keyOperation, string(r.Operation), b.wantRequest(keyOperation))
 	if b.wantRequest(keyUserInfo) {
@@ -200,10 +202,10 @@ func (b *inputBuilder) requestObject(in *Input) (ast.Object, error) {
 	}
 	items = b.optStr(items, keySubResource, r.SubResource, b.wantRequest(keySubResource))
 	if r.RequestKind != nil && b.wantRequest(keyRequestKind) {
-		items = append(items, ast.Item(keyRequestKind, b.gvkTerm(*r.RequestKind)))
+		items = append(items, ast.Item(keyRequestKind, kindTerm(*r.RequestKind)))
 	}
 	if r.RequestResource != nil && b.wantRequest(keyRequestResource) {
-		items = append(items, ast.Item(keyRequestResource, b.gvrTerm(*r.RequestResource)))
+		items = append(items, ast.Item(keyRequestResource, resourceTerm(*r.RequestResource)))
 	}
 	items = b.optStr(items, keyRequestSubResource, r.RequestSubResource, b.wantRequest(keyRequestSubResource))
 	items = b.optStr(items, keyName, r.Name, b.wantRequest(keyName))
@@ -346,10 +348,10 @@ func (b *inputBuilder) contextObject(c Facts) ast.Object {
 	}
 	items = b.strMember(items, keyOperation, c.Operation, b.wantContext(keyOperation))
 	if b.wantContext(keyKind) {
-		items = append(items, ast.Item(keyKind, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Kind.Group), b.strItem(keyVersion, c.Kind.Version), b.strItem(keyKind, c.Kind.Kind)))))
+		items = append(items, ast.Item(keyKind, kindTerm(metav1.GroupVersionKind(c.Kind))))
 	}
 	if b.wantContext(keyResource) {
-		items = append(items, ast.Item(keyResource, b.terms.New(ast.NewObject(b.strItem(keyGroup, c.Resource.Group), b.strItem(keyVersion, c.Resource.Version), b.strItem(keyResource, c.Resource.Resource)))))
+		items = append(items, ast.Item(keyResource, resourceTerm(metav1.GroupVersionResource(c.Resource))))
 	}
 	items = b.strMember(items, keyNamespace, c.Namespace, b.wantContext(keyNamespace))
 	items = b.strMember(items, keyName, c.Name, b.wantContext(keyName))
@@ -392,12 +394,42 @@ func windowTerm(w *WindowState) *ast.Term {
 	))
 }
 
-func (b *inputBuilder) gvkTerm(k metav1.GroupVersionKind) *ast.Term {
-	return b.terms.New(ast.NewObject(b.strItem(keyGroup, k.Group), b.strItem(keyVersion, k.Version), b.strItem(keyKind, k.Kind)))
+// kindTerms and resourceTerms hold the input's kind and resource objects,
+// {group, version, kind} and {group, version, resource}: a webhook sees
+// the same few in every request, each up to three times (request.kind,
+// request.requestKind and context.kind), so each distinct one is built
+// once and shared. Rego values are never changed once built.
+var (
+	kindTerms     cowcache.Cache[metav1.GroupVersionKind, *ast.Term]
+	resourceTerms cowcache.Cache[metav1.GroupVersionResource, *ast.Term]
+)
+
+func kindTerm(k metav1.GroupVersionKind) *ast.Term {
+	return sharedTerm(&kindTerms, k, func() ast.Value {
+		return ast.NewObject(ownStringItem(keyGroup, k.Group), ownStringItem(keyVersion, k.Version), ownStringItem(keyKind, k.Kind))
+	})
 }
 
-func (b *inputBuilder) gvrTerm(r metav1.GroupVersionResource) *ast.Term {
-	return b.terms.New(ast.NewObject(b.strItem(keyGroup, r.Group), b.strItem(keyVersion, r.Version), b.strItem(keyResource, r.Resource)))
+func resourceTerm(r metav1.GroupVersionResource) *ast.Term {
+	return sharedTerm(&resourceTerms, r, func() ast.Value {
+		return ast.NewObject(ownStringItem(keyGroup, r.Group), ownStringItem(keyVersion, r.Version), ownStringItem(keyResource, r.Resource))
+	})
+}
+
+// ownStringItem is member k with a copy of v: a value kept for good does
+// not hold on to the buffer its string may share (a decoder's arena).
+func ownStringItem(k *ast.Term, v string) [2]*ast.Term {
+	return ast.Item(k, ast.StringTerm(strings.Clone(v)))
+}
+
+// sharedTerm is the term cache holds for k, built and added when missing.
+func sharedTerm[K comparable](cache *cowcache.Cache[K, *ast.Term], k K, build func() ast.Value) *ast.Term {
+	if t, ok := cache.Get(k); ok {
+		return t
+	}
+	t := ast.NewTerm(build())
+	cache.Add(k, t)
+	return t
 }
 
 func (b *inputBuilder) strItem(k *ast.Term, v string) [2]*ast.Term {

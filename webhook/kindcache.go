@@ -1,15 +1,13 @@
 package webhook
 
 import (
-	"maps"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/internal/cowcache"
 )
 
 // kindsByBytes decodes a review's kind and resource pairs by their bytes.
@@ -18,23 +16,17 @@ import (
 // map lookup: no value is built for them, four times a request.
 var kindsByBytes = &kindCache{}
 
-// kindCacheSize bounds what kindCache holds; past it, it starts over, so
-// a caller sending ever new pairs costs a decode each, not memory.
-const kindCacheSize = 256
-
-// kindCache maps a pair's bytes to its value. Reads take no lock: the map
-// is replaced, never changed, when a new pair is added.
+// kindCache maps a pair's bytes to its value.
 type kindCache struct {
-	gvks atomic.Pointer[map[string]metav1.GroupVersionKind]
-	gvrs atomic.Pointer[map[string]metav1.GroupVersionResource]
-	mu   sync.Mutex // orders additions
+	gvks cowcache.Cache[string, metav1.GroupVersionKind]
+	gvrs cowcache.Cache[string, metav1.GroupVersionResource]
 }
 
 // gvk is the GroupVersionKind the object raw holds (its only members
 // group, version and kind, each a string), as gvk reads its value; false
 // for anything else, which strict decoding refuses or reads otherwise.
 func (c *kindCache) gvk(raw []byte) (metav1.GroupVersionKind, bool) {
-	return lookup(&c.mu, &c.gvks, raw, func(t *ast.Term) (metav1.GroupVersionKind, bool) {
+	return lookup(&c.gvks, raw, func(t *ast.Term) (metav1.GroupVersionKind, bool) {
 		k, ok := gvk(t)
 		// Own copies: the decoded strings share their decoder's buffer.
 		return metav1.GroupVersionKind{Group: strings.Clone(k.Group), Version: strings.Clone(k.Version), Kind: strings.Clone(k.Kind)}, ok
@@ -43,17 +35,15 @@ func (c *kindCache) gvk(raw []byte) (metav1.GroupVersionKind, bool) {
 
 // gvr is gvk for a GroupVersionResource.
 func (c *kindCache) gvr(raw []byte) (metav1.GroupVersionResource, bool) {
-	return lookup(&c.mu, &c.gvrs, raw, func(t *ast.Term) (metav1.GroupVersionResource, bool) {
+	return lookup(&c.gvrs, raw, func(t *ast.Term) (metav1.GroupVersionResource, bool) {
 		r, ok := gvr(t)
 		return metav1.GroupVersionResource{Group: strings.Clone(r.Group), Version: strings.Clone(r.Version), Resource: strings.Clone(r.Resource)}, ok
 	})
 }
 
-func lookup[T any](mu *sync.Mutex, cache *atomic.Pointer[map[string]T], raw []byte, read func(*ast.Term) (T, bool)) (T, bool) {
-	if m := cache.Load(); m != nil {
-		if v, ok := (*m)[string(raw)]; ok {
-			return v, true
-		}
+func lookup[T any](cache *cowcache.Cache[string, T], raw []byte, read func(*ast.Term) (T, bool)) (T, bool) {
+	if v, ok := cowcache.GetBytes(cache, raw); ok {
+		return v, true
 	}
 	var zero T
 	if raw == nil {
@@ -67,13 +57,6 @@ func lookup[T any](mu *sync.Mutex, cache *atomic.Pointer[map[string]T], raw []by
 	if !ok {
 		return zero, false // refused values are not kept: the slow path answers them
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	next := map[string]T{}
-	if m := cache.Load(); m != nil && len(*m) < kindCacheSize {
-		next = maps.Clone(*m)
-	}
-	next[string(raw)] = v
-	cache.Store(&next)
+	cache.Add(string(raw), v)
 	return v, true
 }

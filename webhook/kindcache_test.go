@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/quantumnode/qn-admission/internal/cowcache"
 )
 
 func TestKindCacheDecodesEachPairOnceAndStaysBounded(t *testing.T) {
@@ -17,8 +19,8 @@ func TestKindCacheDecodesEachPairOnceAndStaysBounded(t *testing.T) {
 			t.Fatalf("gvk = %+v, %v; want %+v", got, ok, want)
 		}
 	}
-	if m := c.gvks.Load(); m == nil || len(*m) != 1 {
-		t.Fatalf("the pair is not kept once: %v", m)
+	if n := c.gvks.Len(); n != 1 {
+		t.Fatalf("the pair is not kept once: %d entries", n)
 	}
 	// What strict decoding refuses is refused and not kept.
 	for _, bad := range []string{`{"group":"a","version":"v","kind":"K","extra":"x"}`, `{"group":1,"version":"v","kind":"K"}`, `"K"`, `null`, `{"group":"a",`} {
@@ -26,8 +28,8 @@ func TestKindCacheDecodesEachPairOnceAndStaysBounded(t *testing.T) {
 			t.Errorf("gvk(%s) = %+v, want refused", bad, got)
 		}
 	}
-	if m := c.gvks.Load(); len(*m) != 1 {
-		t.Errorf("refused values were kept: %d entries", len(*m))
+	if n := c.gvks.Len(); n != 1 {
+		t.Errorf("refused values were kept: %d entries", n)
 	}
 	// Ever new pairs, from several goroutines: answers stay right and the
 	// cache never holds more than its bound.
@@ -36,7 +38,7 @@ func TestKindCacheDecodesEachPairOnceAndStaysBounded(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 3 * kindCacheSize {
+			for i := range 3 * cowcache.Size {
 				res := fmt.Sprintf("r%d-%d", g, i)
 				got, ok := c.gvr([]byte(`{"group":"g","version":"v","resource":"` + res + `"}`))
 				if !ok || got.Resource != res {
@@ -47,7 +49,7 @@ func TestKindCacheDecodesEachPairOnceAndStaysBounded(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := len(*c.gvrs.Load()); n > kindCacheSize {
-		t.Errorf("the cache holds %d pairs, more than its bound %d", n, kindCacheSize)
+	if n := c.gvrs.Len(); n > cowcache.Size {
+		t.Errorf("the cache holds %d pairs, more than its bound %d", n, cowcache.Size)
 	}
 }
