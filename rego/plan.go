@@ -95,6 +95,12 @@ func (q *Query) evalPlanned(ctx context.Context, program *planeval.Program, inpu
 		if term == nil {
 			continue
 		}
+		if isEmptyCollection(term.Value) {
+			// Most outputs of an admitted request (its deny and warn sets):
+			// the value ast.JSON gives, without allocating it each time.
+			bindings[out.variable] = noEntries
+			continue
+		}
 		v, err := ast.JSON(term.Value)
 		if err != nil {
 			return nil, err
@@ -102,6 +108,20 @@ func (q *Query) evalPlanned(ctx context.Context, program *planeval.Program, inpu
 		bindings[out.variable] = v
 	}
 	return bindings, nil
+}
+
+// noEntries is ast.JSON's value for an empty set or array, shared: a
+// binding is read, never written.
+var noEntries = []any{}
+
+func isEmptyCollection(v ast.Value) bool {
+	switch c := v.(type) {
+	case ast.Set:
+		return c.Len() == 0
+	case *ast.Array:
+		return c.Len() == 0
+	}
+	return false
 }
 
 // Planned reports whether the query is evaluated by planeval, and if not,

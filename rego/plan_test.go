@@ -180,3 +180,21 @@ func mustAny(t *testing.T, js string) any {
 }
 
 func astJSON(v ast.Value) (any, error) { return ast.JSON(v) }
+
+// The shared binding of an empty output is the value ast.JSON gives it.
+func TestAnEmptyOutputIsBoundAsASTJSONBindsIt(t *testing.T) {
+	for _, empty := range []ast.Value{ast.NewSet(), ast.NewArray()} {
+		want, err := astJSON(empty)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !isEmptyCollection(empty) || !reflect.DeepEqual(noEntries, want) {
+			t.Errorf("%v: bound as %#v, ast.JSON gives %#v", empty, noEntries, want)
+		}
+	}
+	for _, v := range []ast.Value{ast.NewSet(ast.StringTerm("x")), ast.NewObject(), ast.String("")} {
+		if isEmptyCollection(v) {
+			t.Errorf("%v is taken for an empty set or array", v)
+		}
+	}
+}
