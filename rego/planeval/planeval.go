@@ -138,12 +138,8 @@ func (p *Program) EvalSteps(ctx context.Context, input ast.Value) ([]*ast.Term, 
 	s.steps = 0
 	s.ctx = ctx
 	s.yield, _ = ctx.Value(yieldKey{}).(func())
-	s.gen++
-	if ctx.Done() != nil {
-		gen := s.gen
-		stop := context.AfterFunc(ctx, func() { s.cancelledGen.Store(gen) })
-		defer stop()
-	}
+	s.done = ctx.Done()
+	s.cancelled.Store(false)
 	s.memoReset()
 	s.now = nil
 	locals := s.frame(p.nlocals)
@@ -199,16 +195,17 @@ func (b block) run(s *state, l []*ast.Term) (bool, uint32, error) {
 type state struct {
 	prog *Program
 	ctx  context.Context
-	// gen numbers the evaluations of this pooled state; cancelledGen is the
-	// one whose context ended. A cancellation that fires late, for an
-	// evaluation already over, stores an older number and stops nothing.
-	gen          uint64
-	cancelledGen atomic.Uint64
-	stack        []*ast.Term
-	memo         []*ast.Term // per memoized function: its value, or undefinedMemo
-	results      []*ast.Term
-	now          *ast.Term
-	steps        int
+	// done is the context's Done, polled at every step and by long
+	// built-ins (Cancelled): a poll costs less than registering a callback
+	// on the context at each evaluation, and sees the deadline at once.
+	// cancelled is set by Cancel.
+	done      <-chan struct{}
+	cancelled atomic.Bool
+	stack     []*ast.Term
+	memo      []*ast.Term // per memoized function: its value, or undefinedMemo
+	results   []*ast.Term
+	now       *ast.Term
+	steps     int
 	// yield, when set (WithYield), is called at every step.
 	yield func()
 	// A built-in call's results (collectResult) and its cache, shared by
@@ -248,6 +245,7 @@ func (s *state) frame(n int) []*ast.Term {
 func (s *state) pop(n int) { s.stack = s.stack[:len(s.stack)-n] }
 
 func (s *state) release() {
+	s.done = nil
 	clear(s.stack[:cap(s.stack)])
 	s.stack = s.stack[:0]
 	clear(s.results)
@@ -274,9 +272,8 @@ func (s *state) check() error {
 	}
 	if s.yield != nil {
 		s.yield()
-		// A wait may outlast the deadline: stop at once rather than when
-		// the context's AfterFunc has run.
-		if s.ctx.Err() != nil {
+		// A wait may outlast the deadline: stop at once, not a step later.
+		if s.Cancelled() {
 			return errCancelled
 		}
 	}
@@ -298,11 +295,22 @@ func WithYield(ctx context.Context, yield func()) context.Context {
 // is the topdown.Cancel of the built-ins it calls: long ones (numbers.range,
 // concat, regex.replace, net.cidr_expand) poll it and stop at the deadline,
 // as they do under topdown.
-func (s *state) Cancelled() bool { return s.cancelledGen.Load() == s.gen }
+// Built-ins call it on the evaluating goroutine.
+func (s *state) Cancelled() bool {
+	if s.cancelled.Load() {
+		return true
+	}
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // Cancel ends the current evaluation; part of topdown.Cancel, called only
-// from the evaluating goroutine (contexts cancel through Eval's AfterFunc).
-func (s *state) Cancel() { s.cancelledGen.Store(s.gen) }
+// from the evaluating goroutine.
+func (s *state) Cancel() { s.cancelled.Store(true) }
 
 // call runs function fn with args (undefined args as nil) and returns its
 // value, or nil when undefined.
