@@ -86,6 +86,9 @@ type decoder struct {
 	// in captured.
 	capture  [][]string
 	captured [][]byte
+	// captureDepth is the longest capture path: a member deeper than it
+	// (most of a document) is not looked up among them.
+	captureDepth int
 	// names holds the keys of the objects being skipped, innermost last,
 	// to find a key repeated in an object no value is built for.
 	names []string
@@ -135,7 +138,7 @@ type streamedObject struct{ ast.Null }
 // value. The document is read and checked exactly as Decode reads it.
 func DecodeMembers(data []byte, p *Projection, paths ...[]string) (top ast.Value, members []Member, captured [][]byte, err error) {
 	d := newDecoder(data)
-	d.capture, d.captured = paths, make([][]byte, len(paths))
+	d.captureAt(paths)
 	if top, err = d.decode(p); err != nil {
 		return nil, nil, nil, err
 	}
@@ -155,7 +158,7 @@ func DecodeCapturing(data []byte, paths ...[]string) (ast.Value, [][]byte, error
 // left out of the value.
 func DecodeProjected(data []byte, p *Projection, paths ...[]string) (ast.Value, [][]byte, error) {
 	d := newDecoder(data)
-	d.capture, d.captured = paths, make([][]byte, len(paths))
+	d.captureAt(paths)
 	v, err := d.decode(p)
 	if err != nil {
 		return nil, nil, err
@@ -163,9 +166,20 @@ func DecodeProjected(data []byte, p *Projection, paths ...[]string) (ast.Value, 
 	return v, d.captured, nil
 }
 
+// captureAt sets the paths whose values' bytes the decoding returns.
+func (d *decoder) captureAt(paths [][]string) {
+	d.capture, d.captured = paths, make([][]byte, len(paths))
+	for _, p := range paths {
+		d.captureDepth = max(d.captureDepth, len(p))
+	}
+}
+
 // captureMember records the bytes from start to here when the member just
 // read is at one of the capture paths.
 func (d *decoder) captureMember(start int) {
+	if len(d.path) > d.captureDepth {
+		return
+	}
 	for i, p := range d.capture {
 		if len(p) != len(d.path) {
 			continue
