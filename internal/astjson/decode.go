@@ -130,6 +130,11 @@ var StreamedObject ast.Value = streamedObject{}
 // streamedObject is a type of its own, so no JSON value equals it.
 type streamedObject struct{ ast.Null }
 
+// listedEmptyObject is the value DecodeMembers lists for a member of a
+// streamed object that is an object its projection keeps none of: one
+// value for all, which its readers never change.
+var listedEmptyObject = ast.NewObject()
+
 // DecodeMembers is DecodeProjected for a reader that takes objects member
 // by member: the objects p streams (Streamed) build no value, and their
 // kept members are listed in the order they are read, an object's members
@@ -298,10 +303,16 @@ func (d *decoder) object(p *Projection) (ast.Value, error) {
 		d.skipSpace()
 		valueStart := d.pos
 		var v ast.Value
-		if member, kept := p.Member(name); kept {
-			v, err = d.value(member)
-		} else {
+		if member, kept := p.Member(name); !kept {
 			err = d.skip()
+		} else if streamed && member.keepsNothing() && d.pos < len(d.data) && d.data[d.pos] == '{' {
+			// An object kept with none of its members, listed for its
+			// type alone (a reader that takes its bytes): checked as
+			// skipped, and listed as one shared empty object.
+			err = d.skip()
+			v = listedEmptyObject
+		} else {
+			v, err = d.value(member)
 		}
 		if err != nil {
 			return nil, err

@@ -89,6 +89,11 @@ func (p *Projection) Member(name string) (*Projection, bool) {
 	return nil, p.others
 }
 
+// keepsNothing reports whether p keeps no member of an object.
+func (p *Projection) keepsNothing() bool {
+	return p != nil && !p.others && len(p.members) == 0
+}
+
 // Covers reports whether everything q keeps, p keeps: a document decoded
 // under p serves a reader that needs only q.
 func (p *Projection) Covers(q *Projection) bool {
