@@ -56,29 +56,34 @@ const (
 //
 // The objects' values hold only what reads reads (nil: everything); the
 // rest of them is checked as strictly but builds no value.
-func decodeReviewOnePass(body []byte, reads *policies.ObjectReads) (*admissionv1.AdmissionReview, *decodedObjects, bool) {
-	top, members, raw, err := astjson.DecodeMembers(body, reads.Review(), pathObject, pathOldObject, pathOptions,
-		pathKind, pathResource, pathRequestKind, pathRequestResource)
-	if err != nil || top != astjson.StreamedObject {
+func decodeReviewOnePass(body []byte, reads *policies.ObjectReads) (rev *admissionv1.AdmissionReview, objs *decodedObjects, ok bool) {
+	err := astjson.DecodeMembers(body, reads.Review(), func(top ast.Value, members []astjson.Member, raw [][]byte) error {
+		if top != astjson.StreamedObject {
+			return nil
+		}
+		rev = &admissionv1.AdmissionReview{}
+		// The request's members come before the review's own place for it.
+		r := &admissionv1.AdmissionRequest{}
+		objs = &decodedObjects{reads: reads}
+		for _, m := range members {
+			ok := false
+			switch m.Object {
+			case policies.ReviewStream:
+				ok = reviewMember(rev, r, m)
+			case policies.RequestStream:
+				ok = requestMember(r, m, raw, objs)
+			case policies.UserInfoStream:
+				ok = userInfoMember(&r.UserInfo, m)
+			}
+			if !ok {
+				return nil
+			}
+		}
+		ok = true
+		return nil
+	}, pathObject, pathOldObject, pathOptions, pathKind, pathResource, pathRequestKind, pathRequestResource)
+	if err != nil || !ok {
 		return nil, nil, false
-	}
-	rev := &admissionv1.AdmissionReview{}
-	// The request's members come before the review's own place for it.
-	r := &admissionv1.AdmissionRequest{}
-	objs := &decodedObjects{reads: reads}
-	for _, m := range members {
-		ok := false
-		switch m.Object {
-		case policies.ReviewStream:
-			ok = reviewMember(rev, r, m)
-		case policies.RequestStream:
-			ok = requestMember(r, m, raw, objs)
-		case policies.UserInfoStream:
-			ok = userInfoMember(&r.UserInfo, m)
-		}
-		if !ok {
-			return nil, nil, false
-		}
 	}
 	return rev, objs, true
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -309,5 +310,63 @@ func TestStringValuesArePlainStrings(t *testing.T) {
 func TestAFloatCostsOneAllocation(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = formatFloat(1.5e-7) }); n > 1 {
 		t.Fatalf("formatFloat allocates %v times, want 1 (the string)", n)
+	}
+}
+
+// TestValuesOutliveTheirDecoder decodes the review fixtures and a
+// two duplicate-key documents many times over from several goroutines, so the
+// pooled decoders and their arenas pass between documents and goroutines,
+// keeps every value and error, and checks each against the reference
+// once all are done: a value or duplicate list a later document's
+// decoding wrote over would differ (and -race would see the write).
+func TestValuesOutliveTheirDecoder(t *testing.T) {
+	docs := append(reviewFixtures(t),
+		[]byte(`{"a":{"b":[1,"x",{"c":"d"}]},"a":2,"e":"é\n"}`), []byte(`[{"x":1,"y":{"z":0,"z":1}}]`))
+	want := make([]ast.Value, len(docs))
+	wantErr := make([]string, len(docs))
+	for i, d := range docs {
+		v, err := reference(d)
+		want[i] = v
+		if _, derr := Decode(d); derr != nil {
+			wantErr[i] = derr.Error()
+		}
+		if (err != nil) != (wantErr[i] != "") {
+			t.Fatalf("document %d: reference error %v, Decode's %q", i, err, wantErr[i])
+		}
+	}
+	const workers, rounds = 4, 20
+	type kept struct {
+		doc int
+		v   ast.Value
+		err error
+	}
+	results := make([][]kept, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				for i := range docs {
+					doc := (i + r + w) % len(docs)
+					v, err := Decode(docs[doc])
+					results[w] = append(results[w], kept{doc, v, err})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, rs := range results {
+		for _, k := range rs {
+			if k.err != nil || wantErr[k.doc] != "" {
+				if k.err == nil || k.err.Error() != wantErr[k.doc] {
+					t.Fatalf("document %d: error %v, want %q", k.doc, k.err, wantErr[k.doc])
+				}
+				continue
+			}
+			if k.v.Compare(want[k.doc]) != 0 || k.v.String() != want[k.doc].String() {
+				t.Fatalf("document %d changed after decoding: %v, want %v", k.doc, k.v, want[k.doc])
+			}
+		}
 	}
 }

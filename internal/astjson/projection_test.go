@@ -32,10 +32,13 @@ func projectedAgrees(t *testing.T, data []byte, p *Projection) {
 	var raw [][]byte
 	var err error
 	if p != nil && p.stream != 0 {
-		var members []Member
-		if got, members, raw, err = DecodeMembers(data, p, capture...); got == StreamedObject {
-			got = assemble(p, members)
-		}
+		err = DecodeMembers(data, p, func(top ast.Value, members []Member, captured [][]byte) error {
+			got, raw = top, captured
+			if top == StreamedObject {
+				got = assemble(p, members)
+			}
+			return nil
+		}, capture...)
 	} else {
 		got, raw, err = DecodeProjected(data, p, capture...)
 	}
