@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -189,11 +190,25 @@ func (s *Shadow) Submit(path Path, in *Input, served Decision) {
 		return
 	}
 	select {
-	case s.queue <- shadowJob{path: path, in: *in, served: served, bytes: n, at: time.Now()}:
+	case s.queue <- shadowJob{path: path, in: *in.withOwnBytes(), served: served, bytes: n, at: time.Now()}:
 	default:
 		s.queued.Add(-n)
 		s.drop("full")
 	}
+}
+
+// withOwnBytes is in with its request's raw bytes (object, oldObject,
+// options) copied: the webhook reuses a request body's memory once the
+// served answer is written, and the shadow judges later, reading them
+// when its candidate needs the objects whole or the options.
+func (in *Input) withOwnBytes() *Input {
+	out := *in
+	req := *in.Request
+	req.Object.Raw = bytes.Clone(req.Object.Raw)
+	req.OldObject.Raw = bytes.Clone(req.OldObject.Raw)
+	req.Options.Raw = bytes.Clone(req.Options.Raw)
+	out.Request = &req
+	return &out
 }
 
 func (s *Shadow) drop(reason string) {

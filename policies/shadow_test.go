@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/quantumnode/qn-admission/policies/window"
@@ -378,5 +379,52 @@ func TestAJudgementGivesWayABoundedNumberOfTimes(t *testing.T) {
 	}
 	if n := r.shadow.disagreed.Load(); n != 0 {
 		t.Errorf("%d disagreements: the abandoned tries must not count", n)
+	}
+}
+
+// The webhook reuses a request body's memory once the served answer is
+// written, and the shadow judges later: it must hold bytes of its own. A
+// candidate that needs the old object whole (the request was decoded for
+// the served set alone) and reads the options judges what was sent,
+// though the caller overwrote every byte of the request before the
+// shadow began.
+func TestShadowJudgesTheRequestAsSentAfterTheCallerReusesItsBytes(t *testing.T) {
+	candidate := `package p
+deny contains "failed nodes are frozen" if input.request.oldObject.status.phase == "Failed"
+deny contains "client-side apply is closed" if input.request.options.fieldManager == "kubectl-client-side-apply"
+`
+	r := newShadowRig(t, servedPolicy, candidate, 8)
+	object := []byte(`{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-1","namespace":"edge"},"spec":{},"status":{"phase":"Failed"}}`)
+	oldObject := bytes.Clone(object)
+	req := quantumNodeRequest(admissionv1.Update, "alice", object, oldObject)
+	req.Options.Raw = []byte(`{"kind":"UpdateOptions","apiVersion":"meta.k8s.io/v1","fieldManager":"kubectl-client-side-apply"}`)
+	in := partForm(t, requestInput(t, req), r.served.ObjectReads())
+	if ValueAt(in.OldObjectValue, "status") != nil {
+		t.Fatalf("decoded for the served set, the old object is %v: its status should be left out", in.OldObjectValue)
+	}
+	if d := r.shadowed.Validate(context.Background(), in); !d.Allowed {
+		t.Fatalf("the served set refuses: %+v", d)
+	}
+	for _, b := range [][]byte{object, oldObject, req.Options.Raw} {
+		for i := range b {
+			b[i] = 'x'
+		}
+	}
+	r.run(t) // the shadow starts only now, after the bytes changed
+	r.settle(t, 1)
+	lines := r.log.lines()
+	if len(lines) != 1 {
+		t.Fatalf("want one disagreement, got %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	var line struct {
+		From, To string
+		Shadow   struct{ Message string }
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &line); err != nil {
+		t.Fatal(err)
+	}
+	if line.From != "allowed" || line.To != "denied" ||
+		!strings.Contains(line.Shadow.Message, "failed nodes are frozen") || !strings.Contains(line.Shadow.Message, "client-side apply is closed") {
+		t.Fatalf("the shadow did not judge the request as sent: %s", lines[0])
 	}
 }

@@ -114,14 +114,16 @@ func (p *bodyPace) expect(received int64) {
 }
 
 // readReviewBody checks the Content-Type and reads the body, bounded, at
-// pace's rate at least.
-func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *requestError) {
+// pace's rate at least. A body of declared length is read into pooled
+// room when one fits: the caller releases it once nothing reads the
+// request's bytes any more (bodypool.go).
+func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *pooledBody, *requestError) {
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
-		return nil, &requestError{status: http.StatusUnsupportedMediaType,
+		return nil, nil, &requestError{status: http.StatusUnsupportedMediaType,
 			message: fmt.Sprintf("Content-Type %q is not supported; send application/json", clip.String(ct, clip.FieldBytes))}
 	}
 	if r.ContentLength > maxBytes {
-		return nil, tooLarge(maxBytes)
+		return nil, nil, tooLarge(maxBytes)
 	}
 	// want is what to read: the declared length (the apiserver always
 	// sends one: one exact allocation instead of doubling, which would
@@ -131,7 +133,21 @@ func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *r
 	if n := r.ContentLength; n >= 0 {
 		want, size = n, n
 	}
-	body := make([]byte, 0, size)
+	var pooled *pooledBody
+	if r.ContentLength >= 0 {
+		pooled = takeBody(r.ContentLength)
+	}
+	var body []byte
+	if pooled != nil {
+		body = pooled.buf
+	} else {
+		body = make([]byte, 0, size)
+	}
+	// fail gives the room back with the error: nothing read it yet.
+	fail := func(e *requestError) ([]byte, *pooledBody, *requestError) {
+		pooled.release()
+		return nil, nil, e
+	}
 	for int64(len(body)) < want {
 		if len(body) == cap(body) {
 			body = slices.Grow(body, int(min(int64(cap(body)), want-int64(len(body)))))
@@ -148,17 +164,20 @@ func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *r
 			}
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, badRequest("", "the request body stalled: %d of %s bytes arrived in %s; a body must arrive %s; the apiserver sends a review at once",
-				len(body), lengthOf(r), time.Since(pace.startTime()).Round(time.Millisecond), pace.rule())
+			return fail(badRequest("", "the request body stalled: %d of %s bytes arrived in %s; a body must arrive %s; the apiserver sends a review at once",
+				len(body), lengthOf(r), time.Since(pace.startTime()).Round(time.Millisecond), pace.rule()))
 		}
 		if err != nil {
-			return nil, badRequest("", "read request body: %v", err)
+			return fail(badRequest("", "read request body: %v", err))
 		}
 	}
 	if int64(len(body)) > maxBytes {
-		return nil, tooLarge(maxBytes)
+		return fail(tooLarge(maxBytes))
 	}
-	return body, nil
+	if pooled != nil {
+		pooled.buf = body
+	}
+	return body, pooled, nil
 }
 
 func (p *bodyPace) startTime() time.Time {

@@ -329,11 +329,15 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		pace := &bodyPace{start: time.Now(), rate: h.opts.MinRequestBodyRate, set: rc.SetReadDeadline}
 		pace.deadline = pace.start.Add(h.opts.RequestBodyTimeout)
 		_ = rc.SetReadDeadline(pace.first())
-		body, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace)
+		body, pooled, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace)
 		if reqErr != nil {
 			refuse(reqErr)
 			return
 		}
+		// The body's room serves another request once this one is
+		// answered and logged: nothing of it outlives the handler
+		// (bodypool.go).
+		defer pooled.release()
 		// The body is read before a slot is taken, so a slow sender cannot
 		// hold one; decoding and evaluation, which cost memory, take one.
 		release, reqErr := h.acquire(c.Request.Context())
