@@ -112,7 +112,6 @@ type HandlerOptions struct {
 const (
 	pathValidate = "/validate"
 	pathMutate   = "/mutate"
-	uidKey       = "qn.uid"
 )
 
 // NewHandler routes POST /validate and POST /mutate to d. It uses gin as the
@@ -356,7 +355,14 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			refuse(reqErr)
 			return
 		}
-		c.Set(uidKey, rev.Request.UID)
+		// A panic from here on is answered with the request's uid
+		// (recoverWithReview answers one before it without).
+		uid := rev.Request.UID
+		defer func() {
+			if p := recover(); p != nil {
+				answerPanic(h.opts.Logger, c, uid, p)
+			}
+		}()
 		answer, in, d := answerDecoded(tr.ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
 		step = tr.step("encode")
 		writeReview(c.Writer, http.StatusOK, answer)
@@ -447,31 +453,32 @@ func messages(list []string) []string {
 	return clip.Strings(list, clip.ListItems, clip.MessageBytes)
 }
 
-// recoverWithReview turns a panic into a 500 AdmissionReview that still
-// carries the request's uid, so the apiserver gets an answer (and applies
-// its failurePolicy with our message) instead of a dropped connection.
+// recoverWithReview turns a panic into a 500 AdmissionReview, so the
+// apiserver gets an answer (and applies its failurePolicy with our
+// message) instead of a dropped connection. Once a request is decoded,
+// serve answers its panics itself, with the request's uid.
 func recoverWithReview(logger *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		defer func() {
-			p := recover()
-			if p == nil {
-				return
+			if p := recover(); p != nil {
+				answerPanic(logger, c, "", p)
 			}
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			var uid types.UID
-			if v, ok := c.Get(uidKey); ok {
-				uid, _ = v.(types.UID)
-			}
-			logger.Error("panic while handling admission request", "uid", string(uid), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			if c.Writer.Written() {
-				return
-			}
-			d := policies.InternalError(fmt.Sprintf("qn-webhook failed while handling this request (internal error: %v); it keeps serving", p))
-			writeReview(c.Writer, http.StatusInternalServerError, review(uid, d, policies.PathValidate))
-			c.Abort()
 		}()
 		c.Next()
 	}
+}
+
+// answerPanic logs the panic p and, unless an answer has begun, answers
+// the request with a 500 AdmissionReview that carries uid.
+func answerPanic(logger *slog.Logger, c *gin.Context, uid types.UID, p any) {
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	logger.Error("panic while handling admission request", "uid", string(uid), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	if c.Writer.Written() {
+		return
+	}
+	d := policies.InternalError(fmt.Sprintf("qn-webhook failed while handling this request (internal error: %v); it keeps serving", p))
+	writeReview(c.Writer, http.StatusInternalServerError, review(uid, d, policies.PathValidate))
+	c.Abort()
 }
