@@ -7,6 +7,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/quantumnode/qn-admission/internal/astjson"
+	"github.com/quantumnode/qn-admission/internal/cowcache"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -24,6 +25,10 @@ type ObjectReads struct {
 	// above, and the envelope whole but for the members the webhook reads
 	// from their bytes (envelopeFromBytes), its objects streamed.
 	review *astjson.Projection
+	// forKind, when set, gives the reads of one kind of request, which
+	// may be narrower (ForKind); kinds keeps its answers.
+	forKind func(GroupVersionKind) *ObjectReads
+	kinds   cowcache.Cache[GroupVersionKind, *ObjectReads]
 }
 
 // envelopeFromBytes are the members of request whose values the webhook
@@ -65,12 +70,44 @@ func newObjectReads(object, oldObject *astjson.Projection) *ObjectReads {
 		review: astjson.Streamed(ReviewStream, map[string]*astjson.Projection{"request": astjson.Streamed(RequestStream, request)})}
 }
 
-// objectReadsOf is what a compiled set's decisions may read of the objects.
+// objectReadsOf is what a compiled set's decisions may read of the objects,
+// for any kind of request and (ForKind) for each.
 func objectReadsOf(c *rego.Compiled) *ObjectReads {
+	r := objectReadsBelow(c.InputReadsBelow)
+	r.forKind = func(k GroupVersionKind) *ObjectReads {
+		kind := rego.Kind{Group: k.Group, Version: k.Version, Kind: k.Kind}
+		return objectReadsBelow(func(path ...string) [][]string { return c.InputReadsBelowForKind(kind, path...) })
+	}
+	return r
+}
+
+// objectReadsBelow reads of each object what below gives under it, and
+// what the webhook and the engine read themselves.
+func objectReadsBelow(below func(path ...string) [][]string) *ObjectReads {
 	of := func(field string) *astjson.Projection {
-		return astjson.Paths(append(c.InputReadsBelow("request", field), contextObjectPaths...)...)
+		return astjson.Paths(append(below("request", field), contextObjectPaths...)...)
 	}
 	return newObjectReads(of("object"), of("oldObject"))
+}
+
+// ForKind is what decisions may read of the objects of a request whose
+// input.request.kind is k: r itself, or less where the policies gate
+// rules on the kind (a Pod's spec, for a set whose rules on spec are
+// QuantumNode rules: rego.Compiled.InputReadsBelowForKind). Each kind's
+// answer is kept (up to cowcache.Size kinds at once).
+func (r *ObjectReads) ForKind(k GroupVersionKind) *ObjectReads {
+	if r == nil || r.forKind == nil {
+		return r
+	}
+	if got, ok := r.kinds.Get(k); ok {
+		return got
+	}
+	got := r.forKind(k)
+	if got.Covers(r) {
+		got = r // nothing left out for this kind
+	}
+	r.kinds.Add(k, got)
+	return got
 }
 
 // Review is the projection an AdmissionReview body is decoded under
@@ -113,8 +150,14 @@ func (e *Engine) ObjectReads() *ObjectReads {
 	return nil
 }
 
+// ObjectReadsForKind is ObjectReads for requests of kind k (ForKind).
+func (e *Engine) ObjectReadsForKind(k GroupVersionKind) *ObjectReads {
+	return e.ObjectReads().ForKind(k)
+}
+
 // readableBy is in with objects a decision of set can read: in itself
-// when they were decoded whole or under reads that cover the set's, and
+// when they were decoded whole or under reads that cover the set's for
+// the request's kind, and
 // otherwise a copy with the objects decoded again, whole, from the
 // request's bytes. That happens when the set changed between the decoding
 // and the decision (a reload that reads more), or for a set that judges
@@ -122,7 +165,7 @@ func (e *Engine) ObjectReads() *ObjectReads {
 func (in *Input) readableBy(set *Set) (*Input, error) {
 	var reads *ObjectReads
 	if set != nil {
-		reads = set.objectReads
+		reads = set.objectReads.ForKind(in.Facts.Kind)
 	}
 	if in.ObjectReads.Covers(reads) {
 		return in, nil

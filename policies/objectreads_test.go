@@ -182,3 +182,33 @@ func TestASetThatReadsMoreThanTheDecodingGetsWhatItReads(t *testing.T) {
 		t.Fatal("the union is computed again for the same sets")
 	}
 }
+
+// A request decoded for what its kind is read for is judged as decoded:
+// the engine decodes nothing again for it (Input.readableBy), and a
+// shadow's reads for the kind cover both sets'.
+func TestARequestDecodedForItsKindIsJudgedAsDecoded(t *testing.T) {
+	set := loadMapSet(t, `package p
+is_qn if input.request.kind.kind == "QuantumNode"
+deny contains "no spec" if { is_qn; not input.request.object.spec.a }
+deny contains "labelled deny" if input.context.labels.deny == "yes"
+`)
+	pod := GroupVersionKind{Version: "v1", Kind: "Pod"}
+	podReads := set.objectReads.ForKind(pod)
+	if podReads == set.objectReads || set.objectReads.ForKind(pod) != podReads {
+		t.Fatalf("a Pod's reads %v: want narrower than %v, and kept", podReads.Object, set.objectReads.Object)
+	}
+	in := &Input{Facts: Facts{Kind: pod}, ObjectReads: podReads, Request: &admissionv1.AdmissionRequest{}}
+	if got, err := in.readableBy(set); err != nil || got != in {
+		t.Fatalf("a Pod decoded for its kind is decoded again (%v)", err)
+	}
+	in.Facts.Kind = GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"}
+	if in.ObjectReads.Covers(set.objectReads.ForKind(in.Facts.Kind)) {
+		t.Fatal("a Pod's reads cover a QuantumNode's; the test needs them narrower")
+	}
+	status := loadMapSet(t, "package p\ndeny contains \"failed\" if input.request.object.status.phase == \"Failed\"\n")
+	shadowed := Shadowed{Served: NewEngine(set, EngineOptions{}), Shadow: NewShadow(NewEngine(status, EngineOptions{}), ShadowOptions{})}
+	both := shadowed.ObjectReadsForKind(pod)
+	if !both.Covers(podReads) || !both.Covers(status.objectReads.ForKind(pod)) || shadowed.ObjectReadsForKind(pod) != both {
+		t.Fatalf("the shadow's reads for a Pod %v cover not both sets', or are not kept", both.Object)
+	}
+}

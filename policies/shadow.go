@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/quantumnode/qn-admission/internal/clip"
+	"github.com/quantumnode/qn-admission/internal/cowcache"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego/planeval"
 )
@@ -111,6 +112,8 @@ type Shadow struct {
 type shadowReads struct {
 	served, candidate *Set
 	reads             *ObjectReads
+	// kinds keeps ObjectReadsForKind's unions for the two sets.
+	kinds cowcache.Cache[GroupVersionKind, *ObjectReads]
 }
 
 type shadowJob struct {
@@ -661,6 +664,31 @@ func (s Shadowed) ObjectReads() *ObjectReads {
 	}
 	s.Shadow.reads.Store(r)
 	return r.reads
+}
+
+// ObjectReadsForKind is ObjectReads for requests of kind k: what either
+// set may read of them (ObjectReads.ForKind).
+func (s Shadowed) ObjectReadsForKind(k GroupVersionKind) *ObjectReads {
+	s.ObjectReads() // the union for the current sets
+	r := s.Shadow.reads.Load()
+	if got, ok := r.kinds.Get(k); ok {
+		return got
+	}
+	got := r.served.objectReadsFor(k)
+	if r.candidate != nil {
+		got = UnionObjectReads(got, r.candidate.objectReads.ForKind(k))
+	}
+	r.kinds.Add(k, got)
+	return got
+}
+
+// objectReadsFor is what the set's decisions may read of kind k's
+// objects; everything when there is no set.
+func (s *Set) objectReadsFor(k GroupVersionKind) *ObjectReads {
+	if s == nil {
+		return nil
+	}
+	return s.objectReads.ForKind(k)
 }
 
 // Current is the served set (the webhook labels metrics by its roles).

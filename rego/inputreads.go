@@ -2,7 +2,6 @@ package rego
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -273,6 +272,9 @@ type transitiveReads struct {
 	// active marks rules being walked, to end recursion through cycles
 	// (the compiler refuses recursion, but functions can be mutual).
 	active map[*ast.Rule]bool
+	// live, when set, is what of a rule may hold (InputReadsBelowForKind):
+	// a rule without its dead bodies, nil when none is left.
+	live func(*ast.Rule) *ast.Rule
 }
 
 // ruleAt is a rule with the ground prefix of the document it defines.
@@ -288,8 +290,15 @@ func (t *transitiveReads) of(rule *ast.Rule) [][]string {
 	if t.active[rule] {
 		return nil
 	}
+	live := rule
+	if t.live != nil {
+		if live = t.live(rule); live == nil {
+			t.memo[rule] = nil
+			return nil
+		}
+	}
 	t.active[rule] = true
-	direct := readsOfRule(rule)
+	direct := readsOfRule(live)
 	found := slices.Clone(direct.input)
 	for _, ref := range direct.data {
 		prefix := ref.GroundPrefix()
@@ -300,8 +309,7 @@ func (t *transitiveReads) of(rule *ast.Rule) [][]string {
 		}
 	}
 	delete(t.active, rule)
-	slices.SortFunc(found, func(a, b []string) int { return strings.Compare(strings.Join(a, "\x00"), strings.Join(b, "\x00")) })
-	found = slices.CompactFunc(found, slices.Equal)
+	found = sortedPaths(found)
 	t.memo[rule] = found
 	return found
 }

@@ -22,7 +22,6 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"github.com/quantumnode/qn-admission/internal/clip"
-	"github.com/quantumnode/qn-admission/policies"
 )
 
 // DefaultMaxRequestElements caps the JSON elements (object members and array
@@ -201,15 +200,16 @@ func (p *bodyPace) rule() string {
 
 // decodeBody applies the envelope rules to a body already read: the element
 // budget first (a scan that allocates nothing), then strict decoding, the
-// objects' values holding what reads reads (nil: everything).
-func decodeBody(body []byte, maxElements int, reads *policies.ObjectReads) (*admissionv1.AdmissionReview, *decodedObjects, *requestError) {
+// objects' values holding what d may read of them for the request's kind
+// (a nil d: everything).
+func decodeBody(body []byte, maxElements int, d Decider) (*admissionv1.AdmissionReview, *decodedObjects, *requestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
 	}
 	if err := checkBudget(body, maxElements); err != nil {
 		return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
 	}
-	review, objs, ok := decodeReviewOnePass(body, reads)
+	review, objs, ok := decodeReviewOnePass(body, objectReadsForBody(d, body))
 	if !ok {
 		// Anything the one-pass decoder does not take gets the strict
 		// decoder's answer, which names what is wrong.

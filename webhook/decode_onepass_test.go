@@ -33,8 +33,58 @@ var projections = sync.OnceValue(func() []*policies.ObjectReads {
 	if err != nil {
 		panic(err)
 	}
-	return []*policies.ObjectReads{policies.NewEngine(set, policies.EngineOptions{}).ObjectReads(), policies.ContextObjectReads}
+	reads := policies.NewEngine(set, policies.EngineOptions{}).ObjectReads()
+	return []*policies.ObjectReads{reads, policies.ContextObjectReads, reads.ForKind(podKind), reads.ForKind(quantumNodeKind)}
 })
+
+var (
+	podKind         = policies.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	quantumNodeKind = policies.GroupVersionKind{Group: "qn.dev", Version: "v1alpha1", Kind: "QuantumNode"}
+)
+
+// A review's objects are decoded for what the policies may read of its
+// kind, found in the body ahead of decoding: the bundled set reads a
+// QuantumNode's spec, and nothing of a Pod's but the labels and
+// annotations the webhook reads itself. FuzzDecodeAndAnswer's seeds (the
+// load fixtures among them) hold the answers equal to decoding whole.
+func TestObjectsAreDecodedForWhatTheirKindIsReadFor(t *testing.T) {
+	set, err := policies.Load(context.Background(), rego.Bundled(), policies.LoadOptions{SkipTests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := policies.NewEngine(set, policies.EngineOptions{})
+	if pod := engine.ObjectReads().ForKind(podKind); pod == engine.ObjectReads() || !engine.ObjectReads().Covers(pod) {
+		t.Fatalf("a Pod's reads %v are not narrower than the set's %v", pod.Object, engine.ObjectReads().Object)
+	}
+	for _, c := range []struct {
+		fixture  string
+		wantSpec bool
+	}{{"pod-create-5k.json", false}, {"realtime-create-allowed.json", true}, {"default-update-arch-denied.json", true}} {
+		body, err := os.ReadFile(filepath.Join("../test/load/testdata", c.fixture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements, engine)
+		if reqErr != nil {
+			t.Fatalf("%s: %s", c.fixture, reqErr.message)
+		}
+		k := rev.Request.Kind
+		if want := engine.ObjectReadsForKind(policies.GroupVersionKind{Group: k.Group, Version: k.Version, Kind: k.Kind}); objs.reads != want {
+			t.Fatalf("%s was decoded under %v, want its kind's %v", c.fixture, objs.reads.Object, want.Object)
+		}
+		if got := policies.ValueAt(objs.object, "spec") != nil; got != c.wantSpec {
+			t.Errorf("%s: spec decoded %v, want %v (%v)", c.fixture, got, c.wantSpec, objs.object)
+		}
+		if policies.ValueAt(objs.object, "metadata", "labels") == nil {
+			t.Errorf("%s: the labels the webhook reads were not decoded", c.fixture)
+		}
+	}
+	// A body whose request names no kind the decoding takes is decoded
+	// for any kind.
+	if got := objectReadsForBody(engine, []byte(`{"request":{"uid":"u","object":{}}}`)); got != engine.ObjectReads() {
+		t.Fatalf("without a kind: %v, want the set's reads", got.Object)
+	}
+}
 
 // onePassAgrees checks that a body the one-pass decoder takes decodes to
 // the same review under strict decoding, and that its objects are the

@@ -58,9 +58,10 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 	engine := policies.NewEngine(set, policies.EngineOptions{})
 	now := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements, engine.ObjectReads())
-		// Decoding the objects in part (what the bundled policies read)
-		// accepts and refuses as decoding them whole does.
+		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements, engine)
+		// Decoding the objects in part (what the bundled policies read of
+		// the request's kind) accepts and refuses as decoding them whole
+		// does.
 		wholeRev, wholeObjs, wholeErr := decodeBody(body, DefaultMaxRequestElements, nil)
 		if !reflect.DeepEqual(reqErr, wholeErr) || !reflect.DeepEqual(rev, wholeRev) || (objs == nil) != (wholeObjs == nil) {
 			t.Fatalf("in part: %v, %+v, objects %v; whole: %v, %+v, objects %v", reqErr, rev, objs != nil, wholeErr, wholeRev, wholeObjs != nil)

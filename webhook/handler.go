@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/quantumnode/qn-admission/internal/astjson"
 	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/internal/tracing"
@@ -44,6 +45,36 @@ func objectReadsOf(d Decider) *policies.ObjectReads {
 		return r.ObjectReads()
 	}
 	return nil
+}
+
+// kindObjectReader is an objectReader that says what it may read of the
+// objects of one kind of request, which may be less (a Pod's spec, for
+// policies whose rules on spec are QuantumNode rules).
+type kindObjectReader interface {
+	ObjectReadsForKind(policies.GroupVersionKind) *policies.ObjectReads
+}
+
+// objectReadsForKind is what d may read of the objects of a request of
+// kind k.
+func objectReadsForKind(d Decider, k policies.GroupVersionKind) *policies.ObjectReads {
+	if r, ok := d.(kindObjectReader); ok {
+		return r.ObjectReadsForKind(k)
+	}
+	return objectReadsOf(d)
+}
+
+// objectReadsForBody is what d may read of the objects of the review in
+// body: for its request.kind, found ahead of decoding (the apiserver
+// writes it before the objects), and for any kind when the body names
+// none the decoding would accept.
+func objectReadsForBody(d Decider, body []byte) *policies.ObjectReads {
+	if d == nil {
+		return nil
+	}
+	if k, ok := kindsByBytes.gvk(astjson.Find(body, "request", "kind")); ok {
+		return objectReadsForKind(d, policies.GroupVersionKind{Group: k.Group, Version: k.Version, Kind: k.Kind})
+	}
+	return objectReadsOf(d)
 }
 
 // HandlerOptions configure the admission HTTP handler.
@@ -349,7 +380,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		}
 		defer release()
 		step := tr.step("decode")
-		rev, objs, reqErr := decodeBody(body, h.opts.MaxRequestElements, objectReadsOf(h.decider))
+		rev, objs, reqErr := decodeBody(body, h.opts.MaxRequestElements, h.decider)
 		endStep(step)
 		if reqErr != nil {
 			refuse(reqErr)

@@ -37,8 +37,16 @@ func (b ByKind) ObjectReads() *policies.ObjectReads {
 	return reads
 }
 
-func (b ByKind) pick(in *policies.Input) Decider {
-	if d, ok := b.Kinds[schema.GroupKind{Group: in.Facts.Kind.Group, Kind: in.Facts.Kind.Kind}]; ok {
+// ObjectReadsForKind is what the Decider of kind k may read of its
+// objects.
+func (b ByKind) ObjectReadsForKind(k policies.GroupVersionKind) *policies.ObjectReads {
+	return objectReadsForKind(b.pickKind(k), k)
+}
+
+func (b ByKind) pick(in *policies.Input) Decider { return b.pickKind(in.Facts.Kind) }
+
+func (b ByKind) pickKind(k policies.GroupVersionKind) Decider {
+	if d, ok := b.Kinds[schema.GroupKind{Group: k.Group, Kind: k.Kind}]; ok {
 		return d
 	}
 	return b.Default

@@ -370,3 +370,30 @@ func TestValuesOutliveTheirDecoder(t *testing.T) {
 		}
 	}
 }
+
+func TestFindReadsUpToTheValueAtAPath(t *testing.T) {
+	cases := []struct {
+		data string
+		path []string
+		want string // "" for none
+	}{
+		{`{"request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"object":{}}}`, []string{"request", "kind"}, `{"group":"","version":"v1","kind":"Pod"}`},
+		{` { "a" : [1, {"b": 2}] , "request" : { "k\u0069nd" : "x" } } `, []string{"request", "kind"}, `"x"`},
+		{`{"request":{"object":{"kind":"Pod"}}}`, []string{"request", "kind"}, ""},
+		{`{"request":[{"kind":1}]}`, []string{"request", "kind"}, ""},
+		{`{"request":{}}`, []string{"request", "kind"}, ""},
+		{`{"request":{"kind":`, []string{"request", "kind"}, ""},
+		{`{"request":{"kind":{"group":"a"`, []string{"request", "kind"}, ""},
+		// What lies after the value is not read: the document's own
+		// decoding judges it.
+		{`{"request":{"kind":1,}`, []string{"request", "kind"}, "1"},
+		{`{"x":tru,"request":{"kind":1}}`, []string{"request", "kind"}, ""},
+		{`[]`, []string{"request"}, ""},
+		{``, []string{"request"}, ""},
+	}
+	for _, c := range cases {
+		if got := string(Find([]byte(c.data), c.path...)); got != c.want {
+			t.Errorf("Find(%s, %v) = %q, want %q", c.data, c.path, got, c.want)
+		}
+	}
+}

@@ -191,3 +191,62 @@ func (d *decoder) skipNumber() error {
 	}
 	return nil
 }
+
+// Find returns the bytes of the value at path (object keys) in data, or
+// nil when data has none there that it could read: it reads up to that
+// value and no further, checking what it reads as Decode does, so a
+// caller can learn one member of a large document before decoding it (the
+// webhook reads a review's request.kind to choose what to decode of its
+// objects). A repeated key is not looked for: the first one is found, and
+// decoding the whole document refuses it.
+func Find(data []byte, path ...string) []byte {
+	d := newDecoder(data)
+	defer d.free()
+	for _, key := range path {
+		if !d.findMember(key) {
+			return nil
+		}
+	}
+	d.skipSpace()
+	start := d.pos
+	if d.skip() != nil {
+		return nil
+	}
+	return d.data[start:d.pos:d.pos]
+}
+
+// findMember reads an object up to its member key, stopping before its
+// value; false when the value read is not an object or has no such key.
+func (d *decoder) findMember(key string) bool {
+	d.skipSpace()
+	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
+		return false
+	}
+	d.pos++
+	for {
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+			return false // also the end of an empty object
+		}
+		name, err := d.skipKey()
+		if err != nil {
+			return false
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
+			return false
+		}
+		d.pos++
+		if name == key {
+			return true
+		}
+		if d.skip() != nil {
+			return false
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) || d.data[d.pos] != ',' {
+			return false
+		}
+		d.pos++
+	}
+}
