@@ -397,3 +397,41 @@ func TestFindReadsUpToTheValueAtAPath(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFindAgreesWithDecode: for a document Decode takes, Find gives the
+// bytes of exactly the value Decode reads at the path, or nil when it has
+// none there.
+func FuzzFindAgreesWithDecode(f *testing.F) {
+	for _, b := range reviewFixtures(f) {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"request":{"kind":{"kind":"Pod"},"kind":1}}`))
+	f.Add([]byte(`{"request":[],"request":{"kind":2}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		whole, err := Decode(data)
+		if err != nil {
+			return
+		}
+		var want ast.Value
+		if request, ok := whole.(ast.Object); ok {
+			if r := request.Get(ast.StringTerm("request")); r != nil {
+				if obj, ok := r.Value.(ast.Object); ok {
+					if k := obj.Get(ast.StringTerm("kind")); k != nil {
+						want = k.Value
+					}
+				}
+			}
+		}
+		found := Find(data, "request", "kind")
+		if want == nil {
+			if found != nil {
+				t.Fatalf("Find(%q) = %q, Decode has no request.kind", data, found)
+			}
+			return
+		}
+		got, err := Decode(found)
+		if err != nil || got.Compare(want) != 0 {
+			t.Fatalf("Find(%q) = %q (%v), Decode reads %v", data, found, err, want)
+		}
+	})
+}
