@@ -35,10 +35,14 @@ var decisionRules = append(slices.Clone(ValidationRules), MutationRules...)
 // functions they may evaluate) may read below path when input.request.kind
 // is kind.
 //
-// A rule body with a condition kind fails contributes nothing, whatever
-// else it reads: the body is a conjunction, so it is undefined for that
-// kind and its other reads cannot change a decision (a built-in's error
-// makes an expression undefined too). The conditions recognised are the
+// A rule body with a condition kind fails, before anything in it that may
+// read the objects, contributes nothing: the body is a conjunction,
+// evaluated in order, so for that kind it stops at the condition, having
+// read nothing of the objects and raised no error from them (built-in
+// errors are strict). A condition after such a read does not prune the
+// body: with the objects decoded in part, the read could give another
+// answer, or no error where whole objects raise one. The conditions
+// recognised are the
 // plain ones policies gate kinds with: input.request.kind.group, .version
 // or .kind compared with a string (==, =, !=) or tested against a constant
 // set or array (in), directly or through a local the compiler made, and a
@@ -50,7 +54,8 @@ var decisionRules = append(slices.Clone(ValidationRules), MutationRules...)
 // (policies.ObjectReads.ForKind).
 func (c *Compiled) InputReadsBelowForKind(kind Kind, path ...string) [][]string {
 	modules := c.compiler.Modules
-	k := &kindPruning{kind: kind, rules: map[string][]*ast.Rule{}, undefined: map[string]bool{}, active: map[string]bool{}}
+	k := &kindPruning{kind: kind, rules: map[string][]*ast.Rule{}, undefined: map[string]bool{}, active: map[string]bool{},
+		all: &transitiveReads{memo: map[*ast.Rule][][]string{}, active: map[*ast.Rule]bool{}}}
 	t := &transitiveReads{memo: map[*ast.Rule][][]string{}, active: map[*ast.Rule]bool{}, live: k.live}
 	var entries []*ast.Rule
 	for _, mod := range modules {
@@ -63,6 +68,7 @@ func (c *Compiled) InputReadsBelowForKind(kind Kind, path ...string) [][]string 
 			}
 		}
 	}
+	k.all.rules = t.rules
 	reads := &inputReads{}
 	for _, rule := range entries {
 		reads.prefixes = append(reads.prefixes, t.of(rule)...)
@@ -78,6 +84,9 @@ type kindPruning struct {
 	// undefined memoises which rule paths are undefined for the kind;
 	// active marks those being decided, so a cycle counts as defined.
 	undefined, active map[string]bool
+	// all is what every rule may read, none pruned: whether evaluating a
+	// reference may read the objects.
+	all *transitiveReads
 }
 
 // live is rule with the bodies of its else chain that cannot hold for the
@@ -108,20 +117,98 @@ func (k *kindPruning) live(rule *ast.Rule) *ast.Rule {
 	return next
 }
 
-// fails reports whether a body has a condition that fails for the kind.
+// fails reports whether a body has a condition that fails for the kind
+// before any expression that may read the objects.
 func (k *kindPruning) fails(body ast.Body) bool {
 	locals := map[ast.Var]ast.Ref{}
 	for _, e := range body {
-		if e.Negated || len(e.With) > 0 {
-			continue
-		}
-		switch terms := e.Terms.(type) {
-		case *ast.Term:
-			if ref, ok := terms.Value.(ast.Ref); ok && k.undefinedRef(ref) {
-				return true
+		if !e.Negated && len(e.With) == 0 {
+			switch terms := e.Terms.(type) {
+			case *ast.Term:
+				if ref, ok := terms.Value.(ast.Ref); ok && k.undefinedRef(ref) {
+					return true
+				}
+			case []*ast.Term:
+				if k.callFails(terms, locals) {
+					return true
+				}
 			}
-		case []*ast.Term:
-			if k.callFails(terms, locals) {
+		}
+		if k.mayReadObjects(e, locals) {
+			return false
+		}
+	}
+	return false
+}
+
+// objectPaths are the members of input.request a projection may leave
+// out of.
+var objectPaths = [][]string{{"request", "object"}, {"request", "oldObject"}}
+
+// readsObjects reports whether a read of input at path may read what
+// decoding for a kind leaves out of the objects.
+func readsObjects(path []string) bool {
+	return slices.ContainsFunc(objectPaths, func(p []string) bool { return prefixesMeet(path, p) })
+}
+
+// mayReadObjects reports whether evaluating e may read the objects: a
+// reference into them (through the compiler's locals too), the whole
+// input, or a rule or function that may. Binding a compiler local to a
+// reference reads nothing yet; its uses do.
+func (k *kindPruning) mayReadObjects(e *ast.Expr, locals map[ast.Var]ast.Ref) bool {
+	if call, ok := e.Terms.([]*ast.Term); ok && len(call) == 3 && call[0].Value.String() == "eq" {
+		if v, ok := call[1].Value.(ast.Var); ok && strings.HasPrefix(string(v), "__local") {
+			if _, ok := call[2].Value.(ast.Ref); ok {
+				return false
+			}
+		}
+	}
+	found := false
+	var visitor *ast.GenericVisitor
+	visitor = ast.NewGenericVisitor(func(x any) bool {
+		if found {
+			return true
+		}
+		switch v := x.(type) {
+		case ast.Ref:
+			// The head is the document read; the other terms are keys,
+			// which may read something themselves.
+			r := v
+			if head, ok := r[0].Value.(ast.Var); ok {
+				if src, ok := locals[head]; ok {
+					r = src.Concat(r[1:])
+				}
+			}
+			switch {
+			case r.HasPrefix(ast.InputRootRef):
+				found = readsObjects(constantPrefix(r))
+			case r.HasPrefix(ast.DefaultRootRef):
+				found = k.dataMayReadObjects(r)
+			}
+			for _, t := range v[1:] {
+				visitor.Walk(t)
+			}
+			return true
+		case ast.Var:
+			if src, ok := locals[v]; ok {
+				found = readsObjects(constantPrefix(src))
+			} else {
+				found = v.Equal(ast.InputRootDocument.Value) || v.Equal(ast.DefaultRootDocument.Value)
+			}
+		}
+		return found
+	})
+	visitor.Walk(e)
+	return found
+}
+
+// dataMayReadObjects reports whether a data reference may evaluate a rule
+// or function that may read the objects, in any of its bodies.
+func (k *kindPruning) dataMayReadObjects(ref ast.Ref) bool {
+	prefix := ref.GroundPrefix()
+	for _, at := range k.all.rules {
+		if at.path.HasPrefix(prefix) || prefix.HasPrefix(at.path) {
+			if slices.ContainsFunc(k.all.of(at.rule), readsObjects) {
 				return true
 			}
 		}

@@ -79,6 +79,15 @@ func TestInputReadsBelowForKind(t *testing.T) {
 		"patch rules are read": {
 			"package p\npatch contains {\"op\": \"add\", \"path\": \"/x\", \"value\": 1} if input.request.object.spec.a\n",
 			podKind, "[[spec a]]"},
+		"a condition after a read of the object prunes nothing": {
+			"package p\ndeny contains \"x\" if { to_number(input.request.object.spec.a) > 1; input.request.kind.kind == \"Job\" }\n",
+			podKind, "[[spec a]]"},
+		"a condition after a rule that reads the object prunes nothing": {
+			"package p\nbig if count(input.request.object.spec.items) > 3\ndeny contains \"x\" if { big; input.request.kind.kind == \"Job\"; input.request.object.spec.b }\n",
+			podKind, "[[spec b] [spec items]]"},
+		"a condition after reads of anything else prunes": {
+			"package p\ndeny contains \"x\" if { input.request.operation == \"CREATE\"; input.context.user != \"a\"; input.request.kind.kind == \"Job\"; input.request.object.spec.a }\n",
+			podKind, "[]"},
 		"a rule gated on the group": {
 			"package p\ndeny contains \"x\" if { input.request.kind.group == \"qn.dev\"; input.request.object.spec.a }\n",
 			podKind, "[]"},
