@@ -56,7 +56,7 @@ type RedisOptions struct {
 // so a call is one round trip and atomic on the server: the same sliding
 // log over (now-Period, now] as the MemoryStore, with the same retry-after,
 // the same idempotence per uid and at most Limit.Count members per key. The
-// key expires (PEXPIRE) when its newest change leaves the window, so idle
+// key expires (PEXPIREAT) when its newest change leaves the window, so idle
 // requesters cost nothing.
 //
 // Time is the Redis server's clock (the TIME command inside the script),

@@ -116,6 +116,32 @@ func TestRedisKeyExpiresWithItsNewestChange(t *testing.T) {
 	}
 }
 
+// On the server's clock a key lives until its newest change leaves the
+// window, to the microsecond rounded up: not from the command's start in
+// whole milliseconds, which is up to a millisecond before the change's
+// time and let a burst of changes leave early (six changes within 99.2
+// ms of a 5 per 100 ms window, TestRedisWindowEdgesUnderConcurrency once
+// in a while).
+func TestRedisKeyOnTheServersClockOutlivesItsNewestChange(t *testing.T) {
+	s, c := newRedisStore(t, nil)
+	ctx := context.Background()
+	l := Limit{Count: 50, Period: 100 * time.Millisecond}
+	key := s.Key("rt/user/carol")
+	for i := range 40 {
+		tk, err := s.Take(ctx, "rt/user/carol", l, fmt.Sprintf("u%d", i))
+		if err != nil || !tk.Receipt.Recorded() {
+			t.Fatalf("take %d: %+v, %v", i, tk, err)
+		}
+		at, err := c.Do(ctx, "PEXPIRETIME", key).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leaves := tk.Receipt.at + micros(l.Period); at*1000 < leaves {
+			t.Fatalf("take %d: the key expires at %d ms, before its newest change leaves the window at %d µs", i, at, leaves)
+		}
+	}
+}
+
 // TestRedisMemoryPerKey measures what a window costs in Redis (MEMORY
 // USAGE, jemalloc on 64-bit) and holds it to bounds that docs/architecture.md
 // relies on: up to 128 changes a key stays in the compact listpack encoding.

@@ -19,7 +19,8 @@ local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
 local now = tonumber(ARGV[5])
-if not now then
+local serverClock = not now
+if serverClock then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
@@ -83,8 +84,16 @@ if n >= limit and n > 0 then
   retry = period - (now - oldest)
 end
 -- The key lives exactly as long as its newest change counts, under the
--- period of this call (a reload may have changed it).
+-- period of this call (a reload may have changed it). On the server's
+-- clock the time is absolute: PEXPIRE counts from the command's start in
+-- whole milliseconds, up to a millisecond before TIME, so the key (and the
+-- changes it still counts) would go that much early. A clock a test gives
+-- is not the server's, so there the time is relative to it.
 if newest then
-  redis.call('PEXPIRE', key, num(math.ceil((newest + period - now) / 1000)))
+  if serverClock then
+    redis.call('PEXPIREAT', key, num(math.ceil((newest + period) / 1000)))
+  else
+    redis.call('PEXPIRE', key, num(math.ceil((newest + period - now) / 1000)))
+  end
 end
 return {admitted, n, retry, recorded}
