@@ -283,6 +283,19 @@ type ruleAt struct {
 	rule *ast.Rule
 }
 
+// evaluatedBy lists the rules a data reference may evaluate: each whose
+// path starts with the reference's ground prefix or is a prefix of it.
+func (t *transitiveReads) evaluatedBy(ref ast.Ref) []*ast.Rule {
+	prefix := ref.GroundPrefix()
+	var out []*ast.Rule
+	for _, at := range t.rules {
+		if at.path.HasPrefix(prefix) || prefix.HasPrefix(at.path) {
+			out = append(out, at.rule)
+		}
+	}
+	return out
+}
+
 func (t *transitiveReads) of(rule *ast.Rule) [][]string {
 	if got, ok := t.memo[rule]; ok {
 		return got
@@ -301,10 +314,9 @@ func (t *transitiveReads) of(rule *ast.Rule) [][]string {
 	direct := readsOfRule(live)
 	found := slices.Clone(direct.input)
 	for _, ref := range direct.data {
-		prefix := ref.GroundPrefix()
-		for _, at := range t.rules {
-			if at.rule != rule && (at.path.HasPrefix(prefix) || prefix.HasPrefix(at.path)) {
-				found = append(found, t.of(at.rule)...)
+		for _, r := range t.evaluatedBy(ref) {
+			if r != rule {
+				found = append(found, t.of(r)...)
 			}
 		}
 	}

@@ -205,15 +205,9 @@ func (k *kindPruning) mayReadObjects(e *ast.Expr, locals map[ast.Var]ast.Ref) bo
 // dataMayReadObjects reports whether a data reference may evaluate a rule
 // or function that may read the objects, in any of its bodies.
 func (k *kindPruning) dataMayReadObjects(ref ast.Ref) bool {
-	prefix := ref.GroundPrefix()
-	for _, at := range k.all.rules {
-		if at.path.HasPrefix(prefix) || prefix.HasPrefix(at.path) {
-			if slices.ContainsFunc(k.all.of(at.rule), readsObjects) {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(k.all.evaluatedBy(ref), func(r *ast.Rule) bool {
+		return slices.ContainsFunc(k.all.of(r), readsObjects)
+	})
 }
 
 // callFails reports whether one call expression fails for the kind, and
