@@ -9,7 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/quantumnode/qn-admission/rego/planeval"
 )
 
 // ErrEvalMemory is returned when an evaluation was stopped because the
@@ -31,6 +34,9 @@ var ErrEvalMemory = errors.New("policy evaluation stopped: qn-webhook neared its
 // evaluations register nowhere and cost nothing more.
 var guard memoryGuard
 
+// guardEpoch is what the guard's cut is measured from (monotonic).
+var guardEpoch = time.Now()
+
 // memoryGuardTick is how often the guard reads the live heap, and
 // memoryGuardMinAge how long an evaluation runs before the guard may stop it.
 const (
@@ -41,6 +47,11 @@ const (
 type memoryGuard struct {
 	running atomic.Bool
 	stopped atomic.Int64
+	// cut, while the heap is above the threshold, is the time (since
+	// guardEpoch, in nanoseconds; 0: none) before which the evaluations
+	// bounded without a context (planeval.Bounds) must have begun to be
+	// stopped: they read it at their steps, and register nowhere.
+	cut atomic.Int64
 
 	mu     sync.Mutex
 	active map[*guardedEval]struct{}
@@ -65,6 +76,7 @@ func GuardMemory(ctx context.Context, threshold uint64) {
 		return
 	}
 	defer guard.running.Store(false)
+	defer guard.cut.Store(0)
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	ticker := time.NewTicker(memoryGuardTick)
 	defer ticker.Stop()
@@ -75,7 +87,11 @@ func GuardMemory(ctx context.Context, threshold uint64) {
 		case now := <-ticker.C:
 			metrics.Read(sample)
 			if sample[0].Value.Kind() == metrics.KindUint64 && sample[0].Value.Uint64() > threshold {
-				guard.stopOlderThan(now.Add(-memoryGuardMinAge))
+				cut := now.Add(-memoryGuardMinAge)
+				guard.cut.Store(max(1, cut.Sub(guardEpoch).Nanoseconds()))
+				guard.stopOlderThan(cut)
+			} else {
+				guard.cut.Store(0)
 			}
 		}
 	}
@@ -139,6 +155,40 @@ func (b evalBounds) done() {
 
 // stoppedForMemory says the memory guard stopped the evaluation.
 func (b evalBounds) stoppedForMemory() bool { return b.entry != nil && b.entry.byGuard.Load() }
+
+// evalPlannedWithinBounds evaluates a plan none of whose built-ins waits on
+// its context, bounded by q's deadline and the memory guard's cut
+// (planeval.Bounds) instead of a context of its own: a context with a
+// deadline and a registration with the guard cost a timer, a channel and
+// two locked map operations at every evaluation, several a request.
+func (q *Query) evalPlannedWithinBounds(ctx context.Context, program *planeval.Program, input ast.Value) (map[string]any, error) {
+	b := planeval.Bounds{Started: time.Now()}
+	if q.timeout > 0 {
+		b.Deadline = b.Started.Add(q.timeout)
+	}
+	if guard.running.Load() {
+		b.Stop = stoppedForMemory
+	}
+	bindings, err := q.evalPlanned(ctx, program, input, b)
+	if err == nil {
+		return bindings, nil
+	}
+	switch {
+	case errors.Is(err, planeval.ErrStopped):
+		guard.stopped.Add(1)
+		return nil, fmt.Errorf("%w (it ran %s or more while the heap passed the guard's threshold): %v", ErrEvalMemory, memoryGuardMinAge, err)
+	case topdown.IsCancel(err) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return nil, fmt.Errorf("%w (%s): %v", ErrEvalTimeout, q.timeout, err)
+	}
+	return nil, fmt.Errorf("evaluate packages %v: %w", q.packages, err)
+}
+
+// stoppedForMemory is the Bounds.Stop of an evaluation under the memory
+// guard: it ends one that began before the guard's current cut.
+func stoppedForMemory(started, _ time.Time) bool {
+	cut := guard.cut.Load()
+	return cut != 0 && started.Sub(guardEpoch).Nanoseconds() < cut
+}
 
 // guarded bounds one evaluation: q's deadline, and the memory guard when it
 // runs. Without either, ctx is used as it is.

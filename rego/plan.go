@@ -72,13 +72,13 @@ func (c *Compiled) planProgram(query string) (*planeval.Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
-	return planeval.New(policy, planQueryName, c.data)
+	return planeval.NewWithCapabilities(policy, planQueryName, c.data, c.compiler.Capabilities())
 }
 
 // evalPlanned evaluates the planned program; its one result is an object
 // with a member per output variable.
-func (q *Query) evalPlanned(ctx context.Context, program *planeval.Program, input ast.Value) (map[string]any, error) {
-	results, err := program.Eval(ctx, input)
+func (q *Query) evalPlanned(ctx context.Context, program *planeval.Program, input ast.Value, bounds planeval.Bounds) (map[string]any, error) {
+	results, _, err := program.EvalBounded(ctx, input, bounds)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,11 @@ package rego
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,6 +220,95 @@ func TestEvalDeadlineStopsBuiltins(t *testing.T) {
 				t.Fatalf("a 50ms deadline answered after %s: the built-in ran on", took)
 			}
 			t.Logf("stopped after %s: %v", took, err)
+		})
+	}
+}
+
+// TestNetworkBuiltinsAnswerAndStopAtTheirDeadline: with network built-ins
+// allowed, http.send answers (the planned evaluator leaves plans that call
+// it to topdown, whose built-in context it needs: under the planned one it
+// panicked), and a request that hangs is stopped by the evaluation's
+// deadline, which it waits on through its context.
+func TestNetworkBuiltinsAnswerAndStopAtTheirDeadline(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	defer srv.Close()
+	defer close(hang)
+	src := "package net\ndeny contains sprintf(\"status %d\", [http.send({\"method\": \"get\", \"url\": input.url}).status_code])\n"
+	c, err := Compile([]Module{{Path: "net.rego", Source: src}}, nil, CompileOptions{AllowNetwork: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.Prepare(context.Background(), []string{"net"}, AllRules, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := q.Eval(context.Background(), mustInput(t, `{"url": "`+srv.URL+`/teapot"}`))
+	if err != nil || !slices.Equal(res.Deny, []string{"status 418"}) {
+		t.Fatalf("http.send to a server that answers: %v, %v; want the denial \"status 418\"", res.Deny, err)
+	}
+	began := time.Now()
+	_, err = q.Eval(context.Background(), mustInput(t, `{"url": "`+srv.URL+`/hang"}`))
+	took := time.Since(began)
+	if !errors.Is(err, ErrEvalTimeout) {
+		t.Fatalf("http.send to a server that hangs: want ErrEvalTimeout, got %v after %s", err, took)
+	}
+	if took > 3*time.Second {
+		t.Fatalf("a 200ms deadline answered after %s: http.send waited on", took)
+	}
+}
+
+// TestSchemaReferencesFetchNothingWithoutNetwork: without network
+// built-ins, a JSON schema's remote reference is refused, on the planned
+// path as under topdown (which take the compiler's capabilities, whose
+// allow_net then lists no host): otherwise a schema built from a review
+// could make qn-webhook fetch any URL.
+func TestSchemaReferencesFetchNothingWithoutNetwork(t *testing.T) {
+	var fetched atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Add(1)
+		_, _ = w.Write([]byte(`{"type": "string"}`))
+	}))
+	defer srv.Close()
+	src := "package schema\ndeny contains \"invalid\" if { [ok, _] := json.match_schema(input.doc, {\"$ref\": input.ref}); not ok }\n"
+	c, err := Compile([]Module{{Path: "schema.rego", Source: src}}, nil, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.Prepare(context.Background(), []string{"schema"}, AllRules, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	program, err := q.program()
+	if err != nil {
+		t.Fatalf("the query must run on the planned path: %v", err)
+	}
+	if !slices.Contains(program.ContextBuiltins(), "json.match_schema") {
+		t.Fatalf("the plan's context built-ins %v do not name json.match_schema", program.ContextBuiltins())
+	}
+	in := mustInput(t, `{"doc": {"a": 1}, "ref": "`+srv.URL+`/s.json"}`)
+	for name, eval := range map[string]func() error{
+		"planned": func() error { _, err := q.Eval(context.Background(), in); return err },
+		"topdown": func() error { _, _, err := q.EvalTimed(context.Background(), in); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := fetched.Load()
+			err := eval()
+			if got := fetched.Load() - before; got != 0 {
+				t.Fatalf("the schema's reference was fetched %d times (error %v)", got, err)
+			}
+			if err == nil {
+				t.Fatal("a schema whose reference may not be fetched was judged without an error")
+			}
+			t.Logf("refused: %v", err)
 		})
 	}
 }

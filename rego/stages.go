@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/quantumnode/qn-admission/rego/planeval"
 )
 
 // Stages is the query of Prepare split in two queries evaluated one after
@@ -78,12 +80,16 @@ func (s *Stages) EvalSecond(ctx context.Context, input ast.Value, first Partial)
 // evalBindings is Eval without the Result: the bindings of one evaluation,
 // planned when the query could be planned.
 func (q *Query) evalBindings(ctx context.Context, input ast.Value) (map[string]any, error) {
+	program, planErr := q.program()
+	if planErr == nil && len(program.ContextBuiltins()) == 0 {
+		return q.evalPlannedWithinBounds(ctx, program, input)
+	}
 	ctx, bounds := q.guarded(ctx)
 	defer bounds.done()
 	var bindings map[string]any
 	var err error
-	if program, planErr := q.program(); planErr == nil {
-		bindings, err = q.evalPlanned(ctx, program, input)
+	if planErr == nil {
+		bindings, err = q.evalPlanned(ctx, program, input, planeval.Bounds{})
 	} else {
 		bindings, err = q.evalDirect(ctx, input, nil)
 	}

@@ -15,6 +15,7 @@ package planeval
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,7 +39,22 @@ type Program struct {
 	files    []string // file names by index, for error locations
 	data     *ast.Term
 	pool     sync.Pool
+	// contextBuiltins names the built-ins it calls that wait on their
+	// context (EvalBounded's callers keep a context deadline for those).
+	contextBuiltins []string
+	capabilities    *ast.Capabilities
 }
+
+// builtinsThatWaitOnTheContext may do I/O bounded by the built-in
+// context's deadline (a schema's remote reference) rather than by polling
+// Cancelled.
+var builtinsThatWaitOnTheContext = []string{ast.JSONSchemaVerify.Name, ast.JSONMatchSchema.Name}
+
+// builtinsForTopdown need more of topdown's built-in context than a plan's
+// evaluation gives (http.send its metrics and inter-query cache): a plan
+// that calls one is left to topdown, as its network calls dwarf what
+// planning saves.
+var builtinsForTopdown = []string{ast.HTTPSend.Name, ast.NetLookupIPAddr.Name, ast.InternalPrint.Name, ast.Trace.Name}
 
 // Unsupported is returned by New when a plan uses something this evaluator
 // does not run; the caller evaluates the query with topdown instead.
@@ -50,13 +66,21 @@ func (u *Unsupported) Error() string { return "plan not supported: " + u.Reason 
 // document (what `data` holds beside the rules); it is fixed for the
 // program's life, as a loaded policy set's data is.
 func New(policy *ir.Policy, name string, data ast.Value) (*Program, error) {
+	return NewWithCapabilities(policy, name, data, nil)
+}
+
+// NewWithCapabilities is New for a policy set compiled against caps: the
+// built-ins see them as under topdown, which takes them from the compiler
+// (allow_net bounds the hosts a JSON schema's remote reference may be
+// fetched from; nil permits any).
+func NewWithCapabilities(policy *ir.Policy, name string, data ast.Value, caps *ast.Capabilities) (*Program, error) {
 	if policy == nil || policy.Plans == nil || policy.Static == nil {
 		return nil, &Unsupported{Reason: "empty policy"}
 	}
 	if data == nil {
 		data = ast.NewObject()
 	}
-	p := &Program{data: ast.NewTerm(data)}
+	p := &Program{data: ast.NewTerm(data), capabilities: caps}
 	for _, s := range policy.Static.Strings {
 		p.strings = append(p.strings, ast.StringTerm(s.Value))
 	}
@@ -70,9 +94,13 @@ func New(policy *ir.Policy, name string, data ast.Value) (*Program, error) {
 		if impl == nil || decl == nil {
 			return nil, &Unsupported{Reason: fmt.Sprintf("built-in %s has no implementation", b.Name)}
 		}
-		if b.Name == ast.InternalPrint.Name || b.Name == ast.Trace.Name {
-			// print and trace need the evaluator's hooks: topdown runs them.
+		if slices.Contains(builtinsForTopdown, b.Name) {
+			// print and trace need the evaluator's hooks, the network
+			// built-ins its metrics and caches: topdown runs them.
 			return nil, &Unsupported{Reason: "built-in " + b.Name}
+		}
+		if slices.Contains(builtinsThatWaitOnTheContext, b.Name) {
+			p.contextBuiltins = append(p.contextBuiltins, b.Name)
 		}
 		c.funcIndex[b.Name] = len(p.funcs)
 		p.funcs = append(p.funcs, &function{name: b.Name, builtin: impl, relation: decl.Relation, memo: -1})
@@ -133,12 +161,43 @@ func (p *Program) Eval(ctx context.Context, input ast.Value) ([]*ast.Term, error
 // loop iterations): a measure of a policy's work that does not depend on
 // the machine's load, for tests that hold a rule's cost to its input size.
 func (p *Program) EvalSteps(ctx context.Context, input ast.Value) ([]*ast.Term, int, error) {
+	return p.EvalBounded(ctx, input, Bounds{})
+}
+
+// Bounds end one evaluation without a context of its own: a context with
+// a deadline costs a timer, a channel and a registration with its parent
+// at every evaluation, where these are read at the evaluation's steps and
+// by the long built-ins that poll Cancelled, every boundsPollEvery polls.
+type Bounds struct {
+	// Started is when the evaluation began, Deadline when it must end
+	// (zero: no deadline).
+	Started, Deadline time.Time
+	// Stop, when set, is asked at those polls whether the evaluation must
+	// end for a reason of the caller's (the memory guard); a package
+	// function, so that bounding an evaluation allocates nothing.
+	Stop func(started, now time.Time) bool
+}
+
+// boundsPollEvery is how many polls pass between two readings of the
+// clock: a step takes well under a microsecond, a clock reading tens of
+// nanoseconds.
+const boundsPollEvery = 16
+
+// ContextBuiltins lists the built-ins the plan calls that may wait on
+// their context rather than poll Cancelled (the JSON schema built-ins,
+// fetching a remote reference): an evaluation of such a plan needs its
+// deadline in the context, not only in Bounds.
+func (p *Program) ContextBuiltins() []string { return p.contextBuiltins }
+
+// EvalBounded is EvalSteps within b, on top of ctx's own end.
+func (p *Program) EvalBounded(ctx context.Context, input ast.Value, b Bounds) ([]*ast.Term, int, error) {
 	s := p.pool.Get().(*state)
 	defer s.release()
 	s.steps = 0
 	s.ctx = ctx
 	s.yield, _ = ctx.Value(yieldKey{}).(func())
 	s.done = ctx.Done()
+	s.bounds, s.bounded, s.polls, s.stoppedByBounds = b, !b.Deadline.IsZero() || b.Stop != nil, 0, false
 	s.cancelled.Store(false)
 	s.memoReset()
 	s.now = nil
@@ -149,6 +208,11 @@ func (p *Program) EvalSteps(ctx context.Context, input ast.Value) ([]*ast.Term, 
 	locals[1] = p.data
 	for _, b := range p.plan {
 		if _, _, err := b.run(s, locals); err != nil {
+			if s.stoppedByBounds {
+				// The built-in or step that saw it may say only that it
+				// was cancelled: say why.
+				err = fmt.Errorf("%w: %w", ErrStopped, err)
+			}
 			return nil, s.steps, err
 		}
 	}
@@ -201,11 +265,18 @@ type state struct {
 	// cancelled is set by Cancel.
 	done      <-chan struct{}
 	cancelled atomic.Bool
-	stack     []*ast.Term
-	memo      []*ast.Term // per memoized function: its value, or undefinedMemo
-	results   []*ast.Term
-	now       *ast.Term
-	steps     int
+	// bounds, when bounded, are read every boundsPollEvery polls.
+	bounds  Bounds
+	bounded bool
+	polls   uint32
+	// stoppedByBounds says Bounds.Stop (not the deadline) ended it.
+	stoppedByBounds bool
+
+	stack   []*ast.Term
+	memo    []*ast.Term // per memoized function: its value, or undefinedMemo
+	results []*ast.Term
+	now     *ast.Term
+	steps   int
 	// yield, when set (WithYield), is called at every step.
 	yield func()
 	// A built-in call's results (collectResult) and its cache, shared by
@@ -246,6 +317,7 @@ func (s *state) pop(n int) { s.stack = s.stack[:len(s.stack)-n] }
 
 func (s *state) release() {
 	s.done = nil
+	s.bounds = Bounds{}
 	clear(s.stack[:cap(s.stack)])
 	s.stack = s.stack[:0]
 	clear(s.results)
@@ -273,7 +345,7 @@ func (s *state) check() error {
 	if s.yield != nil {
 		s.yield()
 		// A wait may outlast the deadline: stop at once, not a step later.
-		if s.Cancelled() {
+		if s.Cancelled() || s.bounded && s.outOfBounds() {
 			return errCancelled
 		}
 	}
@@ -304,9 +376,35 @@ func (s *state) Cancelled() bool {
 	case <-s.done:
 		return true
 	default:
-		return false
 	}
+	if s.bounded {
+		s.polls++
+		if s.polls%boundsPollEvery == 0 && s.outOfBounds() {
+			return true
+		}
+	}
+	return false
 }
+
+// outOfBounds reads the clock and says whether the evaluation's bounds
+// have ended it; once they have, it stays cancelled.
+func (s *state) outOfBounds() bool {
+	now := time.Now()
+	if !s.bounds.Deadline.IsZero() && !now.Before(s.bounds.Deadline) {
+		s.cancelled.Store(true)
+		return true
+	}
+	if s.bounds.Stop != nil && s.bounds.Stop(s.bounds.Started, now) {
+		s.stoppedByBounds = true
+		s.cancelled.Store(true)
+		return true
+	}
+	return false
+}
+
+// ErrStopped wraps the error of an evaluation its Bounds.Stop ended. The
+// error it wraps is a cancellation (topdown.IsCancel).
+var ErrStopped = errors.New("stopped by its bounds")
 
 // Cancel ends the current evaluation; part of topdown.Cancel, called only
 // from the evaluating goroutine.
@@ -363,12 +461,13 @@ func (s *state) callBuiltin(fn *function, args []*ast.Term, loc *ast.Location) (
 		s.cache = builtins.Cache{}
 	}
 	bctx := topdown.BuiltinContext{
-		Context:  s.ctx,
-		Cancel:   s,
-		Seed:     rand.Reader,
-		Time:     s.now,
-		Cache:    s.cache,
-		Location: loc,
+		Context:      s.ctx,
+		Cancel:       s,
+		Seed:         rand.Reader,
+		Time:         s.now,
+		Cache:        s.cache,
+		Location:     loc,
+		Capabilities: s.prog.capabilities,
 	}
 	s.out, s.relation = nil, fn.relation
 	if fn.relation {

@@ -3,7 +3,9 @@ package planeval
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -347,5 +349,82 @@ func TestEvaluationYieldsAtEveryStep(t *testing.T) {
 	}
 	if waited != 3 {
 		t.Errorf("the evaluation gave way %d times, want it to stop at the step after its context ended (3)", waited)
+	}
+}
+
+// Bounds end an evaluation without a context of their own: a deadline
+// that passes mid-loop ends it with topdown's cancel error, a Stop that
+// answers yes ends it with ErrStopped wrapping that error, and neither is
+// left on the pooled state for the next evaluation.
+func TestBoundsEndAnEvaluation(t *testing.T) {
+	module := "package p\nr contains v if { some v in input.list; v >= 0 }\n"
+	prog, err := New(plan(t, module, "x := data.p.r"), "eval", ast.NewObject())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := make([]any, 20000)
+	for i := range list {
+		list[i] = i
+	}
+	in, err := ast.InterfaceToValue(map[string]any{"list": list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, whole, err := prog.EvalBounded(context.Background(), in, Bounds{Started: time.Now(), Deadline: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatalf("within a far deadline: %v", err)
+	}
+
+	_, steps, err := prog.EvalBounded(context.Background(), in, Bounds{Started: time.Now(), Deadline: time.Now().Add(-time.Millisecond)})
+	if !topdown.IsCancel(err) || errors.Is(err, ErrStopped) {
+		t.Fatalf("past its deadline: error %v, want topdown's cancel error and not ErrStopped", err)
+	}
+	if steps > boundsPollEvery {
+		t.Errorf("past its deadline it ran %d steps, want at most %d (one clock reading)", steps, boundsPollEvery)
+	}
+
+	asked := 0
+	stopAt := whole / 2
+	stop := func(started, now time.Time) bool {
+		asked++
+		if started.IsZero() || now.Before(started) {
+			t.Errorf("Stop asked with started %v, now %v", started, now)
+		}
+		return asked*boundsPollEvery >= stopAt
+	}
+	_, steps, err = prog.EvalBounded(context.Background(), in, Bounds{Started: time.Now(), Stop: stop})
+	if !errors.Is(err, ErrStopped) || !topdown.IsCancel(err) {
+		t.Fatalf("stopped by its bounds: error %v, want ErrStopped wrapping topdown's cancel error", err)
+	}
+	if steps < stopAt-boundsPollEvery || steps > stopAt+boundsPollEvery {
+		t.Errorf("Stop said yes after %d polls, the evaluation ended after %d steps, want about %d of %d", asked, steps, stopAt, whole)
+	}
+
+	// The pooled state forgets both: the next evaluation runs to its end.
+	if _, again, err := prog.EvalSteps(context.Background(), in); err != nil || again != whole {
+		t.Fatalf("after bounded evaluations, an unbounded one: %d steps, %v; want %d, no error", again, err, whole)
+	}
+}
+
+// A plan that calls a built-in waiting on its context says so, so that
+// its callers keep their deadline in the context.
+func TestContextBuiltinsAreListed(t *testing.T) {
+	cases := map[string]struct {
+		module string
+		want   []string
+	}{
+		"none":     {"package p\nr := count(input.list)\n", nil},
+		"a schema": {"package p\nr := json.match_schema(input.doc, {\"type\": \"object\"})\n", []string{"json.match_schema"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			prog, err := New(plan(t, tc.module, "x := data.p.r"), "eval", ast.NewObject())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := prog.ContextBuiltins(); !slices.Equal(got, tc.want) {
+				t.Errorf("ContextBuiltins() = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
