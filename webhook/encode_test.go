@@ -3,8 +3,13 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +126,43 @@ func FuzzAppendJSONString(f *testing.F) {
 			t.Fatalf("%q: got %s, want %s", s, got, want)
 		}
 	})
+}
+
+// TestAnswersFromPooledBuffersStandAlone: answers written at once on
+// several goroutines from the pooled buffers are each whole, with their own
+// uid and a Content-Length equal to their length, and a large answer (past
+// the pooled size) does not spoil the next small one.
+func TestAnswersFromPooledBuffersStandAlone(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				uid := types.UID(fmt.Sprintf("uid-%d-%d", g, i))
+				d := policies.Deny(403, metav1.StatusReasonForbidden, strings.Repeat("m", (g*200+i)%300))
+				if i%50 == 0 {
+					d.Warnings = []string{strings.Repeat("w", 1000), strings.Repeat("x", 1000)}
+					for range 40 {
+						d.Warnings = append(d.Warnings, strings.Repeat("z", 1000))
+					}
+				}
+				rec := httptest.NewRecorder()
+				writeReview(rec, http.StatusOK, review(uid, d, policies.PathValidate))
+				body := rec.Body.Bytes()
+				if got := rec.Header().Get("Content-Length"); got != strconv.Itoa(len(body)) {
+					t.Errorf("%s: Content-Length %s for %d bytes", uid, got, len(body))
+					return
+				}
+				if got := rec.Header().Get("Content-Type"); got != "application/json" {
+					t.Errorf("%s: Content-Type %q", uid, got)
+					return
+				}
+				var rev admissionv1.AdmissionReview
+				if err := json.Unmarshal(body, &rev); err != nil || rev.Response.UID != uid || rev.Response.Result.Message != d.Message {
+					t.Errorf("%s: answer %.200s (%v)", uid, body, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -100,7 +101,9 @@ func outcome(d policies.Decision) string {
 // writeReview sends rev with an HTTP status. The apiserver reads a decision
 // only from a 200; other statuses are for requests that were not reviews.
 func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionReview) {
-	body, ok := appendReview(make([]byte, 0, 512), rev)
+	buf := answerBuffers.Get().(*[]byte)
+	encoded, ok := appendReview((*buf)[:0], rev)
+	body := encoded
 	var err error
 	if !ok {
 		body, err = json.Marshal(rev)
@@ -110,11 +113,28 @@ func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionRe
 		body = []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":false,"status":{"code":500,"message":"encode response failed"}}}`)
 		status = http.StatusInternalServerError
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+	if cap(encoded) <= maxPooledAnswerBytes {
+		*buf = encoded[:0]
+		answerBuffers.Put(buf)
+	}
 }
+
+const maxPooledAnswerBytes = 64 << 10
+
+// answerBuffers hold answers' bytes between requests: Write copies them
+// into the connection's buffer (or sends them) before it returns. A
+// buffer that grew past 64 KiB for a large answer is not kept.
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// jsonContentType is every answer's Content-Type value, shared: header
+// values are read, never written, and net/http copies them when the
+// header is written.
+var jsonContentType = []string{"application/json"}
 
 // flushAnswer sends a written answer at once over HTTP/1, where its
 // Content-Length lets the caller read it whole: the decision line and
