@@ -93,6 +93,10 @@ type Guard struct {
 	timeout time.Duration
 	local   *MemoryStore
 	metrics *StoreMetrics
+	// inProcess: the store is a MemoryStore, whose calls wait on nothing
+	// a deadline could end (a lock held for microseconds), so they get no
+	// deadline: deriving one costs a timer at every call.
+	inProcess bool
 
 	mu        sync.Mutex
 	down      bool
@@ -112,6 +116,7 @@ var _ Store = (*Guard)(nil)
 // NewGuard guards store.
 func NewGuard(store Store, opts GuardOptions) *Guard {
 	g := &Guard{store: store, name: opts.Name, address: opts.Address, timeout: opts.Timeout, local: opts.Fallback, metrics: opts.Metrics}
+	_, g.inProcess = store.(*MemoryStore)
 	if g.name == "" {
 		g.name = "store"
 	}
@@ -221,11 +226,16 @@ func (g *Guard) call(ctx context.Context, op string, f func(context.Context) err
 		g.metrics.failed(g.name, op, "down")
 		return 0, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, g.timeout)
+	callCtx, cancel := ctx, context.CancelFunc(nil)
+	if !g.inProcess {
+		callCtx, cancel = context.WithTimeout(ctx, g.timeout)
+	}
 	start := time.Now()
 	err := f(callCtx)
 	d := time.Since(start)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (the apiserver's own timeout, a shutdown):
 		// no verdict on the store.

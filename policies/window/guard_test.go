@@ -387,3 +387,41 @@ func TestGuardReleaseWhileRedisStalls(t *testing.T) {
 		t.Fatalf("after a failed release the window counts %d, want the change still counted (1)", st.Count)
 	}
 }
+
+// TestGuardPutsADeadlineOnlyOnStoresOutsideTheProcess: a call to another
+// store gets the guard's deadline; a call to a MemoryStore gets none (it
+// waits on nothing a deadline could end), yet still counts, and a caller
+// whose context has ended is still refused by it.
+func TestGuardPutsADeadlineOnlyOnStoresOutsideTheProcess(t *testing.T) {
+	var sawDeadline bool
+	remote := NewGuard(funcStore{take: func(ctx context.Context) error {
+		_, sawDeadline = ctx.Deadline()
+		return nil
+	}}, GuardOptions{Timeout: time.Second})
+	if _, err := remote.TakeWith(context.Background(), FailClosed, "k", Limit{Count: 5, Period: time.Minute}, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if !sawDeadline {
+		t.Error("a store outside the process was called without the guard's deadline")
+	}
+	if remote.inProcess {
+		t.Error("a funcStore was taken for an in-process store")
+	}
+
+	mem := NewGuard(NewMemoryStore(nil, MemoryOptions{}), GuardOptions{Timeout: time.Second})
+	if !mem.inProcess {
+		t.Fatal("a MemoryStore was not recognised as in-process")
+	}
+	limit := Limit{Count: 2, Period: time.Minute}
+	for i, want := range []bool{true, true, false} {
+		a, err := mem.TakeWith(context.Background(), FailClosed, "k", limit, fmt.Sprintf("u%d", i))
+		if err != nil || a.Admitted != want {
+			t.Fatalf("take %d in a window of 2: admitted %v, %v; want %v", i+1, a.Admitted, err, want)
+		}
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := mem.TakeWith(ended, FailClosed, "other", limit, "u9"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a take for a caller whose context ended: %v, want context.Canceled", err)
+	}
+}
