@@ -76,8 +76,9 @@ type GuardOptions struct {
 	Metrics *StoreMetrics
 }
 
-// Guard puts a deadline on every call to a Store, reports its latency and
-// errors, and answers from a local MemoryStore for callers that fail open.
+// Guard puts a deadline on every call to a Store outside the process (a
+// MemoryStore's calls need none), reports its latency and errors, and
+// answers from a local MemoryStore for callers that fail open.
 // It implements Store itself, failing closed.
 //
 // After a failure the store is taken to be down: calls then fail at once
