@@ -50,10 +50,7 @@ func TestMemoryGuardStopsLongEvaluations(t *testing.T) {
 	}
 	// The planned path reads the guard's cut at its steps (planeval.Bounds);
 	// topdown, which a traced request takes, registers its context.
-	for name, eval := range map[string]func() error{
-		"planned": func() error { _, err := slow.Eval(context.Background(), mustInput(t, `{}`)); return err },
-		"topdown": func() error { _, _, err := slow.EvalTimed(context.Background(), mustInput(t, `{}`)); return err },
-	} {
+	for name, eval := range bothEvaluators(slow, mustInput(t, `{}`)) {
 		t.Run(name, func(t *testing.T) {
 			before := StoppedForMemory()
 			began := time.Now()

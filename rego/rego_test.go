@@ -203,10 +203,7 @@ func TestEvalDeadlineStopsBuiltins(t *testing.T) {
 	if _, err := q.program(); err != nil {
 		t.Fatalf("the query must run on the planned path: %v", err)
 	}
-	for name, eval := range map[string]func() error{
-		"planned": func() error { _, err := q.Eval(context.Background(), mustInput(t, `{}`)); return err },
-		"topdown": func() error { _, _, err := q.EvalTimed(context.Background(), mustInput(t, `{}`)); return err },
-	} {
+	for name, eval := range bothEvaluators(q, mustInput(t, `{}`)) {
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()
 			err := eval()
@@ -295,10 +292,7 @@ func TestSchemaReferencesFetchNothingWithoutNetwork(t *testing.T) {
 		t.Fatalf("the plan's context built-ins %v do not name json.match_schema", program.ContextBuiltins())
 	}
 	in := mustInput(t, `{"doc": {"a": 1}, "ref": "`+srv.URL+`/s.json"}`)
-	for name, eval := range map[string]func() error{
-		"planned": func() error { _, err := q.Eval(context.Background(), in); return err },
-		"topdown": func() error { _, _, err := q.EvalTimed(context.Background(), in); return err },
-	} {
+	for name, eval := range bothEvaluators(q, in) {
 		t.Run(name, func(t *testing.T) {
 			before := fetched.Load()
 			err := eval()
@@ -331,5 +325,14 @@ func TestDataIsVisibleToPolicies(t *testing.T) {
 		if (len(res.Deny) > 0) != wantDenied {
 			t.Errorf("zone %s: denied=%v, want %v", zone, len(res.Deny) > 0, wantDenied)
 		}
+	}
+}
+
+// bothEvaluators evaluates q on input by the planned path (Eval) and by
+// topdown (EvalTimed, the path of a traced request), by name.
+func bothEvaluators(q *Query, input ast.Value) map[string]func() error {
+	return map[string]func() error{
+		"planned": func() error { _, err := q.Eval(context.Background(), input); return err },
+		"topdown": func() error { _, _, err := q.EvalTimed(context.Background(), input); return err },
 	}
 }

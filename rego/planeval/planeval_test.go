@@ -225,15 +225,7 @@ func TestEvalStepsGrowWithTheInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps := func(n int) int {
-		list := make([]any, n)
-		for i := range list {
-			list[i] = i
-		}
-		in, err := ast.InterfaceToValue(map[string]any{"list": list})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, s, err := prog.EvalSteps(context.Background(), in)
+		_, s, err := prog.EvalSteps(context.Background(), listInput(t, n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,14 +303,7 @@ func TestEvaluationYieldsAtEveryStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := make([]any, 500)
-	for i := range list {
-		list[i] = i
-	}
-	in, err := ast.InterfaceToValue(map[string]any{"list": list})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := listInput(t, 500)
 	yields := 0
 	_, steps, err := prog.EvalSteps(WithYield(context.Background(), func() { yields++ }), in)
 	if err != nil {
@@ -362,14 +347,7 @@ func TestBoundsEndAnEvaluation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := make([]any, 20000)
-	for i := range list {
-		list[i] = i
-	}
-	in, err := ast.InterfaceToValue(map[string]any{"list": list})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := listInput(t, 20000)
 	_, whole, err := prog.EvalBounded(context.Background(), in, Bounds{Started: time.Now(), Deadline: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatalf("within a far deadline: %v", err)
@@ -427,4 +405,18 @@ func TestContextBuiltinsAreListed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listInput is the input {"list": [0, 1, ..., n-1]}.
+func listInput(t *testing.T, n int) ast.Value {
+	t.Helper()
+	list := make([]any, n)
+	for i := range list {
+		list[i] = i
+	}
+	in, err := ast.InterfaceToValue(map[string]any{"list": list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
