@@ -131,6 +131,58 @@ func TestTheElementBudgetRefusesBeforeDecoding(t *testing.T) {
 	}
 }
 
+// A body no longer than the element budget is not scanned ahead of
+// decoding: the one-pass decoder keeps the depth bound as it reads, in
+// the members it builds and in those it skips, and anything it does not
+// take is scanned before the strict decoder. Whatever the path, a review
+// nested one level past MaxRequestDepth gets checkBudget's 413 and one
+// at the bound is judged.
+func TestDepthIsBoundedOnEveryDecodingPath(t *testing.T) {
+	h := bundledHandler(t)
+	nest := func(levels int) string { return strings.Repeat("[", levels) + strings.Repeat("]", levels) }
+	places := map[string]func(levels int) string{
+		// spec is read by the bundled rules: decoded.
+		"in the spec": func(levels int) string {
+			return reviewBody("CREATE", strings.Replace(validObject, `"spec":{`, `"spec":{"deep":`+nest(levels)+`,`, 1))
+		},
+		// status is read by no rule: skipped.
+		"in a member no rule reads": func(levels int) string {
+			return reviewBody("CREATE", strings.Replace(validObject, `"spec":`, `"status":{"deep":`+nest(levels)+`},"spec":`, 1))
+		},
+		// a response member makes the one-pass decoder hand the body to
+		// the strict decoder.
+		"in a body the strict decoder reads": func(levels int) string {
+			body := reviewBody("CREATE", strings.Replace(validObject, `"spec":`, `"deep":`+nest(levels)+`,"spec":`, 1))
+			return strings.Replace(body, `"request":`, `"response":{"uid":"x","allowed":true},"request":`, 1)
+		},
+	}
+	for name, at := range places {
+		t.Run(name, func(t *testing.T) {
+			refused := 0
+			for levels := 90; levels <= 100; levels++ {
+				body := at(levels)
+				if len(body) > DefaultMaxRequestElements {
+					t.Fatalf("the body is %d bytes, longer than the element budget: it would be scanned first", len(body))
+				}
+				tooDeep := checkBudget([]byte(body), DefaultMaxRequestElements) != nil
+				a := post(t, h, http.MethodPost, "/validate", "application/json", body)
+				if got := a.status == http.StatusRequestEntityTooLarge; got != tooDeep {
+					t.Fatalf("%d nested arrays: refused as too deep %v, want %v (checkBudget): %d %.300s", levels, got, tooDeep, a.status, a.raw)
+				}
+				if tooDeep {
+					refused++
+					if !strings.Contains(a.review.Response.Result.Message, "deeper than 100 levels") {
+						t.Fatalf("%d nested arrays: want checkBudget's message, got %.300s", levels, a.raw)
+					}
+				}
+			}
+			if refused == 0 || refused == 11 {
+				t.Fatalf("the levels tried must cross the bound, %d of 11 refused", refused)
+			}
+		})
+	}
+}
+
 func TestBudgetCountsOnlyStructureOutsideStrings(t *testing.T) {
 	for name, tc := range map[string]struct {
 		body    string

@@ -198,18 +198,34 @@ func (p *bodyPace) rule() string {
 	return fmt.Sprintf("%s, at %d KiB/s at least after its first %s", within, p.rate>>10, bodyRateGrace)
 }
 
-// decodeBody applies the envelope rules to a body already read: the element
-// budget first (a scan that allocates nothing), then strict decoding, the
-// objects' values holding what d may read of them for the request's kind
-// (a nil d: everything).
+// decodeBody applies the envelope rules to a body already read: the
+// element and depth budget before anything is built, then strict
+// decoding, the objects' values holding what d may read of them for the
+// request's kind (a nil d: everything).
+//
+// The budget costs a scan of its own (checkBudget) only where the
+// one-pass decoder does not keep it: a body of n bytes holds at most n
+// elements (each is counted at a '{', '[' or ',' of its own), so one no
+// longer than maxElements cannot exceed them, and the one-pass decoder
+// refuses nesting past MaxRequestDepth as it reads. A body it does not
+// take is scanned before the strict decoder, which nests deeper, sees it;
+// so a body past either bound gets checkBudget's answer on every path.
 func decodeBody(body []byte, maxElements int, d Decider) (*admissionv1.AdmissionReview, *decodedObjects, *requestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
 	}
-	if err := checkBudget(body, maxElements); err != nil {
-		return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
+	scanned := len(body) > maxElements
+	if scanned {
+		if err := checkBudget(body, maxElements); err != nil {
+			return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
+		}
 	}
 	review, objs, ok := decodeReviewOnePass(body, objectReadsForBody(d, body))
+	if !ok && !scanned {
+		if err := checkBudget(body, maxElements); err != nil {
+			return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
+		}
+	}
 	if !ok {
 		// Anything the one-pass decoder does not take gets the strict
 		// decoder's answer, which names what is wrong.

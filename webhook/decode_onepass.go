@@ -57,7 +57,7 @@ const (
 // The objects' values hold only what reads reads (nil: everything); the
 // rest of them is checked as strictly but builds no value.
 func decodeReviewOnePass(body []byte, reads *policies.ObjectReads) (rev *admissionv1.AdmissionReview, objs *decodedObjects, ok bool) {
-	err := astjson.DecodeMembers(body, reads.Review(), func(top ast.Value, members []astjson.Member, raw [][]byte) error {
+	err := astjson.DecodeMembers(body, MaxRequestDepth, reads.Review(), func(top ast.Value, members []astjson.Member, raw [][]byte) error {
 		if top != astjson.StreamedObject {
 			return nil
 		}

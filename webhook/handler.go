@@ -71,7 +71,7 @@ func objectReadsForBody(d Decider, body []byte) *policies.ObjectReads {
 	if d == nil {
 		return nil
 	}
-	if k, ok := kindsByBytes.gvk(astjson.Find(body, "request", "kind")); ok {
+	if k, ok := kindsByBytes.gvk(astjson.Find(body, MaxRequestDepth, "request", "kind")); ok {
 		return objectReadsForKind(d, policies.GroupVersionKind{Group: k.Group, Version: k.Version, Kind: k.Kind})
 	}
 	return objectReadsOf(d)

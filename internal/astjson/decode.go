@@ -73,6 +73,9 @@ func (d *decoder) decode(p *Projection) (ast.Value, error) {
 type decoder struct {
 	data []byte
 	pos  int
+	// maxDepth is the deepest a container may open (len(path) below it):
+	// MaxDepth, or a caller's tighter budget (DecodeMembers).
+	maxDepth int
 	// terms and text are arenas: terms are handed out from a slab and
 	// plain strings are copied into a shared buffer, a few allocations per
 	// object instead of two or three per value. Bytes in text are never
@@ -124,6 +127,7 @@ func newDecoder(data []byte) *decoder {
 	d.data = data
 	d.path, d.names, d.items, d.elems = d.pathStart[:0], d.namesStart[:0], d.itemsStart[:0], d.elemsStart[:0]
 	d.members = d.membersStart[:0]
+	d.maxDepth = MaxDepth
 	return d
 }
 
@@ -177,9 +181,14 @@ var listedEmptyObject = ast.NewObject()
 // and its error is DecodeMembers'. The list of members is the decoder's
 // own and is reused once read returns; the values and captured bytes are
 // the caller's.
-func DecodeMembers(data []byte, p *Projection, read func(top ast.Value, members []Member, captured [][]byte) error, paths ...[]string) error {
+//
+// maxDepth bounds nesting as MaxDepth does for Decode (at most MaxDepth):
+// a caller with a tighter budget of its own has it kept while the
+// document is read, with no scan of its own before.
+func DecodeMembers(data []byte, maxDepth int, p *Projection, read func(top ast.Value, members []Member, captured [][]byte) error, paths ...[]string) error {
 	d := newDecoder(data)
 	defer d.free()
+	d.maxDepth = min(maxDepth, MaxDepth)
 	d.captureAt(paths)
 	top, err := d.decode(p)
 	if err != nil {
@@ -249,6 +258,14 @@ type segment struct {
 
 var errTooDeep = fmt.Errorf("JSON is nested more than %d levels deep", MaxDepth)
 
+// tooDeep is the error of a container opened past d.maxDepth levels.
+func (d *decoder) tooDeep() error {
+	if d.maxDepth == MaxDepth {
+		return errTooDeep
+	}
+	return fmt.Errorf("JSON is nested more than %d levels deep (at offset %d)", d.maxDepth, d.pos)
+}
+
 func (d *decoder) syntaxError(where string) error {
 	if d.pos >= len(d.data) {
 		return fmt.Errorf("unexpected end of JSON input %s", where)
@@ -305,8 +322,8 @@ func (d *decoder) literal(word string, v ast.Value) (ast.Value, error) {
 }
 
 func (d *decoder) object(p *Projection) (ast.Value, error) {
-	if len(d.path) >= MaxDepth {
-		return nil, errTooDeep
+	if len(d.path) >= d.maxDepth {
+		return nil, d.tooDeep()
 	}
 	d.pos++ // {
 	d.skipSpace()
@@ -429,8 +446,8 @@ func (d *decoder) seenKey(start int, seen *map[string]struct{}, name string) boo
 }
 
 func (d *decoder) array() (ast.Value, error) {
-	if len(d.path) >= MaxDepth {
-		return nil, errTooDeep
+	if len(d.path) >= d.maxDepth {
+		return nil, d.tooDeep()
 	}
 	d.pos++ // [
 	d.skipSpace()

@@ -392,7 +392,7 @@ func TestFindReadsUpToTheValueAtAPath(t *testing.T) {
 		{``, []string{"request"}, ""},
 	}
 	for _, c := range cases {
-		if got := string(Find([]byte(c.data), c.path...)); got != c.want {
+		if got := string(Find([]byte(c.data), MaxDepth, c.path...)); got != c.want {
 			t.Errorf("Find(%s, %v) = %q, want %q", c.data, c.path, got, c.want)
 		}
 	}
@@ -422,7 +422,7 @@ func FuzzFindAgreesWithDecode(f *testing.F) {
 				}
 			}
 		}
-		found := Find(data, "request", "kind")
+		found := Find(data, MaxDepth, "request", "kind")
 		if want == nil {
 			if found != nil {
 				t.Fatalf("Find(%q) = %q, Decode has no request.kind", data, found)

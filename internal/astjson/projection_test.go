@@ -32,7 +32,7 @@ func projectedAgrees(t *testing.T, data []byte, p *Projection) {
 	var raw [][]byte
 	var err error
 	if p != nil && p.stream != 0 {
-		err = DecodeMembers(data, p, func(top ast.Value, members []Member, captured [][]byte) error {
+		err = DecodeMembers(data, MaxDepth, p, func(top ast.Value, members []Member, captured [][]byte) error {
 			got, raw = top, captured
 			if top == StreamedObject {
 				got = assemble(p, members)

@@ -40,8 +40,8 @@ func (d *decoder) skip() error {
 }
 
 func (d *decoder) skipObject() error {
-	if len(d.path) >= MaxDepth {
-		return errTooDeep
+	if len(d.path) >= d.maxDepth {
+		return d.tooDeep()
 	}
 	d.pos++ // {
 	d.skipSpace()
@@ -136,8 +136,8 @@ func (d *decoder) skipKey() (string, error) {
 }
 
 func (d *decoder) skipArray() error {
-	if len(d.path) >= MaxDepth {
-		return errTooDeep
+	if len(d.path) >= d.maxDepth {
+		return d.tooDeep()
 	}
 	d.pos++ // [
 	d.skipSpace()
@@ -198,10 +198,12 @@ func (d *decoder) skipNumber() error {
 // caller can learn one member of a large document before decoding it (the
 // webhook reads a review's request.kind to choose what to decode of its
 // objects). A repeated key is not looked for: the first one is found, and
-// decoding the whole document refuses it.
-func Find(data []byte, path ...string) []byte {
+// decoding the whole document refuses it. What it skips may nest up to
+// maxDepth levels (at most MaxDepth), as DecodeMembers reads it.
+func Find(data []byte, maxDepth int, path ...string) []byte {
 	d := newDecoder(data)
 	defer d.free()
+	d.maxDepth = min(maxDepth, MaxDepth)
 	for _, key := range path {
 		if !d.findMember(key) {
 			return nil
