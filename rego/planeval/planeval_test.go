@@ -220,10 +220,7 @@ func TestUnsupportedPlansAreRefusedAtNew(t *testing.T) {
 // the cost of a policy over a large input is visible.
 func TestEvalStepsGrowWithTheInput(t *testing.T) {
 	module := "package p\nr contains v if some v in input.list\n"
-	prog, err := New(plan(t, module, "x := data.p.r"), "eval", ast.NewObject())
-	if err != nil {
-		t.Fatal(err)
-	}
+	prog := programOf(t, module)
 	steps := func(n int) int {
 		_, s, err := prog.EvalSteps(context.Background(), listInput(t, n))
 		if err != nil {
@@ -299,10 +296,7 @@ func TestBaseDocumentsReadAsTopdownReadsThem(t *testing.T) {
 // that passes while it waits still ends it.
 func TestEvaluationYieldsAtEveryStep(t *testing.T) {
 	module := "package p\nr contains v if some v in input.list\n"
-	prog, err := New(plan(t, module, "x := data.p.r"), "eval", ast.NewObject())
-	if err != nil {
-		t.Fatal(err)
-	}
+	prog := programOf(t, module)
 	in := listInput(t, 500)
 	yields := 0
 	_, steps, err := prog.EvalSteps(WithYield(context.Background(), func() { yields++ }), in)
@@ -343,10 +337,7 @@ func TestEvaluationYieldsAtEveryStep(t *testing.T) {
 // left on the pooled state for the next evaluation.
 func TestBoundsEndAnEvaluation(t *testing.T) {
 	module := "package p\nr contains v if { some v in input.list; v >= 0 }\n"
-	prog, err := New(plan(t, module, "x := data.p.r"), "eval", ast.NewObject())
-	if err != nil {
-		t.Fatal(err)
-	}
+	prog := programOf(t, module)
 	in := listInput(t, 20000)
 	_, whole, err := prog.EvalBounded(context.Background(), in, Bounds{Started: time.Now(), Deadline: time.Now().Add(time.Hour)})
 	if err != nil {
@@ -408,6 +399,16 @@ func TestContextBuiltinsAreListed(t *testing.T) {
 }
 
 // listInput is the input {"list": [0, 1, ..., n-1]}.
+// programOf is module's data.p.r, planned and ready to evaluate.
+func programOf(t *testing.T, module string) *Program {
+	t.Helper()
+	prog, err := New(plan(t, module, "x := data.p.r"), "eval", ast.NewObject())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
 func listInput(t *testing.T, n int) ast.Value {
 	t.Helper()
 	list := make([]any, n)
