@@ -214,16 +214,22 @@ func decodeBody(body []byte, maxElements int, d Decider) (*admissionv1.Admission
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil, badRequest("", "request body is empty; send an admission.k8s.io/v1 AdmissionReview")
 	}
+	overBudget := func() *requestError {
+		if err := checkBudget(body, maxElements); err != nil {
+			return &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
+		}
+		return nil
+	}
 	scanned := len(body) > maxElements
 	if scanned {
-		if err := checkBudget(body, maxElements); err != nil {
-			return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
+		if e := overBudget(); e != nil {
+			return nil, nil, e
 		}
 	}
 	review, objs, ok := decodeReviewOnePass(body, objectReadsForBody(d, body))
 	if !ok && !scanned {
-		if err := checkBudget(body, maxElements); err != nil {
-			return nil, nil, &requestError{status: http.StatusRequestEntityTooLarge, message: err.Error()}
+		if e := overBudget(); e != nil {
+			return nil, nil, e
 		}
 	}
 	if !ok {
