@@ -451,16 +451,17 @@ func (s *Shadow) judge(ctx context.Context, j *shadowJob, giveWay bool) bool {
 		// Shutting down: the evaluation was cut short, not answered.
 		return true
 	}
-	s.judged.Add(1)
 	s.metrics.evaluations.Inc()
 	s.metrics.lag.Observe(time.Since(j.at).Seconds())
-	if Agree(j.served, d) {
-		return true
+	if !Agree(j.served, d) {
+		s.disagreed.Add(1)
+		from, to := AnswerClass(j.path, j.served), AnswerClass(j.path, d)
+		s.metrics.disagreements.WithLabelValues(s.roleLabel(j.served.Role), from, to).Inc()
+		s.log(ctx, j, d, from, to)
 	}
-	s.disagreed.Add(1)
-	from, to := AnswerClass(j.path, j.served), AnswerClass(j.path, d)
-	s.metrics.disagreements.WithLabelValues(s.roleLabel(j.served.Role), from, to).Inc()
-	s.log(ctx, j, d, from, to)
+	// Counted last: whoever sees a request counted as judged finds its
+	// disagreement counted and its line written.
+	s.judged.Add(1)
 	return true
 }
 
