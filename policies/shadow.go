@@ -451,16 +451,18 @@ func (s *Shadow) judge(ctx context.Context, j *shadowJob, giveWay bool) bool {
 		// Shutting down: the evaluation was cut short, not answered.
 		return true
 	}
-	s.metrics.evaluations.Inc()
-	s.metrics.lag.Observe(time.Since(j.at).Seconds())
+	lag := time.Since(j.at)
 	if !Agree(j.served, d) {
 		s.disagreed.Add(1)
 		from, to := AnswerClass(j.path, j.served), AnswerClass(j.path, d)
 		s.metrics.disagreements.WithLabelValues(s.roleLabel(j.served.Role), from, to).Inc()
 		s.log(ctx, j, d, from, to)
 	}
-	// Counted last: whoever sees a request counted as judged finds its
-	// disagreement counted and its line written.
+	// Counted last: whoever sees a request counted as judged (the count,
+	// the evaluations metric) finds its disagreement counted and its line
+	// written.
+	s.metrics.lag.Observe(lag.Seconds())
+	s.metrics.evaluations.Inc()
 	s.judged.Add(1)
 	return true
 }
