@@ -15,8 +15,11 @@ CACHE_ROOT="${QN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/qn-admission}"
 OUT="$CACHE_ROOT/k8s/$K8S_VERSION"
 
 # kube-controller-manager runs the namespace controller and the garbage
-# collector for the tests that delete namespaces and cascade owners.
-BINARIES=(kube-apiserver etcd kubectl kube-controller-manager)
+# collector for the tests that delete namespaces and cascade owners;
+# kube-scheduler, kubelet and kube-proxy make the one-node cluster on which
+# test/cluster runs the chart and our images as Pods (about 47 CPU-seconds
+# more once kube-apiserver's packages are in the build cache).
+BINARIES=(kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
 missing=()
 for b in "${BINARIES[@]}"; do [[ -x "$OUT/$b" ]] || missing+=("$b"); done
 if [[ ${#missing[@]} -eq 0 ]]; then
@@ -59,6 +62,9 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
 
