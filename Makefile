@@ -44,10 +44,11 @@ run:
 run-controller:
 	$(GO) run -tags '$(BUILD_TAGS)' ./cmd/qn-controller
 
-## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver (and a real Prometheus for the scaler), and the images (test/image)
+## test: every test: gofmt, vet, staticcheck, unit tests, then end-to-end tests against a real kube-apiserver (and a real Prometheus for the scaler), the images (test/image), and the chart and images running as Pods on a real one-node cluster (test/cluster)
 test: fmt-check vet staticcheck policy-test alerts-test release-tool-test fuzz-smoke
 	@./hack/prometheus.sh >/dev/null
-	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" QN_PROMETHEUS="$$(./hack/prometheus.sh)" $(GO) test -race -count=1 -timeout 25m ./...
+	@./hack/coredns.sh >/dev/null
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" QN_PROMETHEUS="$$(./hack/prometheus.sh)" QN_COREDNS="$$(./hack/coredns.sh)" $(GO) test -race -count=1 -timeout 25m ./...
 
 ## alerts-test: the chart's alerts and dashboard checked with Prometheus' rule parser and query engine (test/alerts, a module of its own)
 .PHONY: alerts-test
@@ -123,7 +124,12 @@ CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.2
 rbac:
 	$(CONTROLLER_GEN) rbac:roleName=qn-controller paths=./controller/... output:rbac:artifacts:config=config/rbac
 
-## k8s-bins: build (once, cached) kube-apiserver, etcd and kubectl; prints their directory
+## cluster-test: only the one-node cluster suite (test/cluster): the chart and our images as Pods under a real kubelet and containerd
+.PHONY: cluster-test
+cluster-test:
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" QN_COREDNS="$$(./hack/coredns.sh)" $(GO) test -count=1 -v -timeout 20m ./test/cluster/
+
+## k8s-bins: build (once, cached) kube-apiserver, etcd, kubectl, kube-controller-manager, and the node's kube-scheduler, kubelet and kube-proxy; prints their directory
 k8s-bins:
 	@K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh
 

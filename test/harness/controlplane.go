@@ -14,8 +14,8 @@ import (
 )
 
 // kubeBinaries are the binaries hack/k8s-bins.sh builds into
-// KUBEBUILDER_ASSETS.
-var kubeBinaries = []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager"}
+// KUBEBUILDER_ASSETS: the control plane, and the node of test/cluster.
+var kubeBinaries = []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
 
 // AssetsDir is where the kube binaries are ($KUBEBUILDER_ASSETS), checked
 // to hold every one the tests run.
