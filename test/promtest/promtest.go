@@ -78,6 +78,9 @@ type Options struct {
 	// TLS, when set, makes it serve https with this certificate and key
 	// (files), through Prometheus' own --web.config.file.
 	TLSCertFile, TLSKeyFile string
+	// Host is the address it listens on (default 127.0.0.1), e.g. a test
+	// cluster's node address that its Pods reach; the port is a free one.
+	Host string
 }
 
 // Start runs a Prometheus server and waits until it is ready; Stop ends
@@ -96,6 +99,10 @@ func Start(bin string, o Options) (*Server, error) {
 	addr, err := FreeAddress()
 	if err != nil {
 		return nil, err
+	}
+	if o.Host != "" {
+		_, port, _ := net.SplitHostPort(addr)
+		addr = net.JoinHostPort(o.Host, port)
 	}
 	scheme := "http"
 	args := []string{

@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
+	"github.com/quantumnode/qn-admission/test/harness/nodecluster"
+	"github.com/quantumnode/qn-admission/test/promtest"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// qn-controller's Pod scales a real Deployment on a figure it reads from a
+// real Prometheus, and the new replicas run as Pods on the node.
+func TestScalerScalesADeploymentWhosePodsRun(t *testing.T) {
+	s := cluster(t)
+	s.namespace(t)
+	ctx := context.Background()
+
+	exporter := promtest.NewExporter()
+	defer exporter.Close()
+	exporter.Set("qn_cluster_queue_depth", "cluster", 5000)
+	dir, err := os.MkdirTemp("", "qn-prometheus-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	// On the node's address, where the controller's Pod reaches it.
+	prom, err := promtest.Start(promtest.Binary(t), promtest.Options{Dir: dir, Targets: []string{exporter.Target()}, Host: nodecluster.NodeIP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prom.Stop()
+	prom.WaitFor(t, `sum(qn_cluster_queue_depth)`, 5000)
+
+	labels := map[string]string{"app": "queue-worker"}
+	_, err = s.Kube.AppsV1().Deployments(testNamespace).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "queue-worker"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr(int64(1)),
+					Containers: []corev1.Container{{Name: "worker", Image: nodecluster.PauseImage, ImagePullPolicy: corev1.PullNever}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scaler := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "qn.dev/v1alpha1", "kind": "HorizontalQNScaler",
+		"metadata": map[string]any{"name": "queue-worker", "namespace": testNamespace},
+		"spec": map[string]any{
+			"scaleTargetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "queue-worker"},
+			"minReplicas":    int64(1), "maxReplicas": int64(3),
+			"qnMetric":   map[string]any{"query": `sum(qn_cluster_queue_depth)`, "serverAddress": prom.URL},
+			"thresholds": map[string]any{"upper": "1000", "lower": "100"},
+			"scaleUpStep": int64(2), "scaleUpCooldownSeconds": int64(0), "pollingIntervalSeconds": int64(1),
+		},
+	}}
+	if _, err := s.Dynamic.Resource(harness.Scalers).Namespace(testNamespace).Create(ctx, scaler, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the HorizontalQNScaler: %v", err)
+	}
+	harness.WaitFor(t, 2*time.Minute, "the Deployment scaled to 3 with 3 Pods ready", func() error {
+		d, err := s.Kube.AppsV1().Deployments(testNamespace).Get(ctx, "queue-worker", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if *d.Spec.Replicas != 3 || d.Status.ReadyReplicas != 3 {
+			got, _ := s.Dynamic.Resource(harness.Scalers).Namespace(testNamespace).Get(ctx, "queue-worker", metav1.GetOptions{})
+			var status any
+			if got != nil {
+				status = got.Object["status"]
+			}
+			return fmt.Errorf("spec.replicas %d, %d ready; scaler status %v", *d.Spec.Replicas, d.Status.ReadyReplicas, status)
+		}
+		return nil
+	})
+}
