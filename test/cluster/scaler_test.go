@@ -49,7 +49,7 @@ func TestScalerScalesADeploymentWhosePodsRun(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr(int64(1)),
-					Containers: []corev1.Container{{Name: "worker", Image: nodecluster.PauseImage, ImagePullPolicy: corev1.PullNever}},
+					Containers:                    []corev1.Container{{Name: "worker", Image: nodecluster.PauseImage, ImagePullPolicy: corev1.PullNever}},
 				},
 			},
 		},
@@ -63,8 +63,8 @@ func TestScalerScalesADeploymentWhosePodsRun(t *testing.T) {
 		"spec": map[string]any{
 			"scaleTargetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "queue-worker"},
 			"minReplicas":    int64(1), "maxReplicas": int64(3),
-			"qnMetric":   map[string]any{"query": `sum(qn_cluster_queue_depth)`, "serverAddress": prom.URL},
-			"thresholds": map[string]any{"upper": "1000", "lower": "100"},
+			"qnMetric":    map[string]any{"query": `sum(qn_cluster_queue_depth)`, "serverAddress": prom.URL},
+			"thresholds":  map[string]any{"upper": "1000", "lower": "100"},
 			"scaleUpStep": int64(2), "scaleUpCooldownSeconds": int64(0), "pollingIntervalSeconds": int64(1),
 		},
 	}}
