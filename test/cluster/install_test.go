@@ -68,7 +68,7 @@ func (s *installed) webhookPods(t *testing.T) []corev1.Pod {
 
 func (s *installed) podLogs(t *testing.T, pod corev1.Pod) string {
 	t.Helper()
-	b, err := s.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "webhook"}).DoRaw(context.Background())
+	b, err := s.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "qn-webhook"}).DoRaw(context.Background())
 	if err != nil {
 		t.Fatalf("logs of %s: %v", pod.Name, err)
 	}
@@ -214,6 +214,25 @@ func TestEachLayerRefusesWhatItOwns(t *testing.T) {
 	})
 }
 
+// readiness is a webhook Pod's /readyz?verbose and the lines of its log
+// that are not decisions, for a failure message.
+func (s *installed) readiness(pod corev1.Pod) string {
+	resp, err := http.Get("http://" + pod.Status.PodIP + ":8080/readyz?verbose")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	logs, _ := s.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "qn-webhook"}).DoRaw(context.Background())
+	var other []string
+	for line := range strings.SplitSeq(string(logs), "\n") {
+		if !strings.Contains(line, `"msg":"admission decision"`) {
+			other = append(other, line)
+		}
+	}
+	return fmt.Sprintf("%s /readyz?verbose:\n%s\nlog:\n%s", pod.Name, body, strings.Join(other, "\n"))
+}
+
 // review is one AdmissionReview answer read straight from a webhook Pod.
 type review struct {
 	Allowed bool
@@ -257,6 +276,7 @@ func reviewPod(client *http.Client, podIP, uid, user string) (review, error) {
 	if err := json.Unmarshal(data, &out); err != nil {
 		return review{}, fmt.Errorf("answer %d from %s: %v: %s", resp.StatusCode, podIP, err, data)
 	}
+
 	return review{out.Response.Allowed, out.Response.Status.Code, out.Response.Status.Message}, nil
 }
 
@@ -300,7 +320,7 @@ func TestOneWindowAcrossReplicas(t *testing.T) {
 			total += n
 		}
 		if total != limit || refused != 10 || len(admitted) != 2 {
-			t.Fatalf("admitted %v (total %d), refused %d: want %d admitted across both Pods and 10 refused", admitted, total, refused, limit)
+			t.Fatalf("admitted %v (total %d), refused %d: want %d admitted across both Pods and 10 refused\n%s", admitted, total, refused, limit, s.readiness(pods[0]))
 		}
 	})
 

@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(nodecluster.RunInSandbox(m, stopSuite))
+	os.Exit(nodecluster.RunInSandbox(m, nodecluster.Hooks{Prepare: buildImages, After: stopSuite}))
 }
 
 // The suite shares one cluster and one installed release: bringing a node
@@ -88,34 +88,16 @@ func setUp() (*installed, error) {
 	if coredns == "" {
 		return nil, fmt.Errorf("QN_COREDNS is empty: run these tests with `make test`, or export QN_COREDNS=$(./hack/coredns.sh)")
 	}
-	// The images build while the cluster starts.
-	type images struct {
-		version  string
-		archives []string
-		err      error
-	}
-	built := make(chan images, 1)
-	imageDir, err := os.MkdirTemp("", "qn-cluster-images-")
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		version, archives, err := buildImages(ctx, imageDir)
-		built <- images{version, archives, err}
-	}()
 	c, err := nodecluster.Start(ctx, nodecluster.Options{KubeBinaries: assets, CoreDNS: coredns, Log: logf})
 	if err != nil {
-		<-built
 		return nil, err
 	}
 	s := &installed{Cluster: c}
-	img := <-built
-	defer os.RemoveAll(imageDir)
-	if img.err != nil {
-		return s, img.err
+	var archives []string
+	if s.Version, archives, err = builtImages(); err != nil {
+		return s, err
 	}
-	s.Version = img.version
-	for _, a := range img.archives {
+	for _, a := range archives {
 		if err := c.ImportImage(ctx, a); err != nil {
 			return s, err
 		}
@@ -128,12 +110,19 @@ func setUp() (*installed, error) {
 	return s, nil
 }
 
-// buildImages runs `make image` for this machine as the README says, and
-// builds the Redis image; it returns the images' tag and archives to import.
-func buildImages(ctx context.Context, dir string) (string, []string, error) {
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", harness.ModuleRoot(), "image",
+// imagesDir is where buildImages leaves the image archives, in the
+// sandbox's shared directory.
+func imagesDir(shared string) string { return filepath.Join(shared, "images") }
+
+// buildImages runs, outside the sandbox (it may download modules), `make
+// image` for this machine as the README says, and builds the Redis image.
+func buildImages(shared string) error {
+	start := time.Now()
+	dir := imagesDir(shared)
+	cmd := exec.Command("make", "--no-print-directory", "-C", harness.ModuleRoot(), "image",
 		"PLATFORMS=linux/"+runtime.GOARCH, "IMAGES=qn-webhook qn-controller",
-		"BIN="+filepath.Join(dir, "bin"), "IMAGE_DIR="+filepath.Join(dir, "images"))
+		"BIN="+filepath.Join(dir, "bin"), "IMAGE_DIR="+filepath.Join(dir, "layouts"))
+	// A make that runs this test must not hand its jobserver to this one.
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MAKELEVEL" && k != "MFLAGS" {
 			cmd.Env = append(cmd.Env, kv)
@@ -142,41 +131,53 @@ func buildImages(ctx context.Context, dir string) (string, []string, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", nil, fmt.Errorf("%s: %w\n%s", cmd, err, out.String())
+		return fmt.Errorf("%s: %w\n%s", cmd, err, out.String())
 	}
-	index, err := os.ReadFile(filepath.Join(dir, "images", "images.json"))
+	index, err := os.ReadFile(filepath.Join(dir, "layouts", "images.json"))
 	if err != nil {
-		return "", nil, err
+		return err
 	}
 	var list []struct {
 		Name, Tag, Layout string
 	}
 	if err := json.Unmarshal(index, &list); err != nil {
-		return "", nil, fmt.Errorf("read images.json: %w", err)
+		return fmt.Errorf("read images.json: %w", err)
 	}
-	var archives []string
-	version := ""
 	for _, img := range list {
-		archive := filepath.Join(dir, img.Name+".tar")
-		if err := nodecluster.ArchiveLayout(filepath.Join(dir, "images", img.Layout), archive); err != nil {
-			return "", nil, err
+		if err := nodecluster.ArchiveLayout(filepath.Join(dir, "layouts", img.Layout), filepath.Join(dir, img.Name+".tar")); err != nil {
+			return err
 		}
-		archives = append(archives, archive)
-		version = img.Tag
+		if err := os.WriteFile(filepath.Join(dir, "tag"), []byte(img.Tag), 0o600); err != nil {
+			return err
+		}
 	}
 	files, err := nodecluster.HostFiles("/usr/bin/redis-server", "/bin/sh")
 	if err != nil {
-		return "", nil, err
+		return err
 	}
-	redis := filepath.Join(dir, "redis.tar")
 	if err := nodecluster.WriteImage(nodecluster.ImageSpec{
 		Ref: redisImage, Files: files, Dirs: []string{"/data"},
 		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Cmd: []string{"redis-server"},
-	}, redis); err != nil {
-		return "", nil, err
+	}, filepath.Join(dir, "redis.tar")); err != nil {
+		return err
 	}
-	return version, append(archives, redis), nil
+	logf("make image and the Redis image: %s", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// builtImages are buildImages' tag and archives, seen from inside.
+func builtImages() (string, []string, error) {
+	dir := imagesDir(nodecluster.SharedDir())
+	tag, err := os.ReadFile(filepath.Join(dir, "tag"))
+	if err != nil {
+		return "", nil, fmt.Errorf("the images built before the sandbox: %w", err)
+	}
+	archives, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	if err != nil || len(archives) != 3 {
+		return "", nil, fmt.Errorf("want 3 image archives in %s, found %v (%v)", dir, archives, err)
+	}
+	return string(tag), archives, nil
 }
 
 // webhookSecret makes the serving pair the chart's secret mode mounts,

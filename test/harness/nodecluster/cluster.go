@@ -258,6 +258,8 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--service-cluster-ip-range", ServiceCIDR,
 		"--authorization-mode", "Node,RBAC",
 		"--kubelet-client-certificate", pki("admin.crt"), "--kubelet-client-key", pki("admin.key"),
+		// The node's name resolves nowhere: logs and exec go to its address.
+		"--kubelet-preferred-address-types", "InternalIP",
 		// Webhooks are called on their Pods' addresses, as on a control
 		// plane without kube-proxy of its own.
 		"--enable-aggregator-routing=true",

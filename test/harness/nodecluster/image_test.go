@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-func TestMain(m *testing.M) { os.Exit(RunInSandbox(m, nil)) }
+func TestMain(m *testing.M) { os.Exit(RunInSandbox(m, Hooks{})) }
 
 // The images the cluster runs are written here, not pulled: containerd
 // must import them by name and run them with runc, the pause image and

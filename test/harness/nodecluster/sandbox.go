@@ -51,21 +51,32 @@ var HostTools = []string{"unshare", "containerd", "containerd-shim-runc-v2", "ru
 // CNIPluginDir holds the CNI plugins (Debian's containernetworking-plugins).
 const CNIPluginDir = "/usr/lib/cni"
 
+// Hooks are a test package's steps around its sandbox.
+type Hooks struct {
+	// Prepare runs outside the namespaces first, where the network is
+	// (the sandbox has no way out): e.g. a build that may download
+	// modules. dir is the cluster's directory (SharedDir inside), removed
+	// at the end.
+	Prepare func(dir string) error
+	// After runs inside once the tests are done: stop the cluster.
+	After func()
+}
+
 // RunInSandbox is a TestMain for a package whose tests run a cluster: it
 // runs the tests again inside fresh PID, network and mount namespaces
-// (then after, inside, once they are done: stop the cluster), and
-// afterwards puts back what those do not hold. When a node cannot run on
+// (hooks.Prepare first, outside; hooks.After inside once they are done),
+// and afterwards puts back what those do not hold. When a node cannot run on
 // this machine (not root, a tool missing), the tests run where they are
 // and Require skips them, or fails them under CI=true.
-func RunInSandbox(m *testing.M, after func()) int {
+func RunInSandbox(m *testing.M, hooks Hooks) int {
 	if os.Getenv(sandboxEnv) == "1" {
 		if err := setUpInside(); err != nil {
 			fmt.Fprintf(os.Stderr, "nodecluster: set up the sandbox: %v\n", err)
 			return 1
 		}
 		code := m.Run()
-		if after != nil {
-			after()
+		if hooks.After != nil {
+			hooks.After()
 		}
 		return code
 	}
@@ -73,6 +84,7 @@ func RunInSandbox(m *testing.M, after func()) int {
 		os.Setenv(unavailableEnv, why)
 		return m.Run()
 	}
+
 	saved := readKernelSettings()
 	cgroupRoot := fmt.Sprintf("qn-node-%d", os.Getpid())
 	made, err := makeCgroupRoot(cgroupRoot)
@@ -89,6 +101,13 @@ func RunInSandbox(m *testing.M, after func()) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	if hooks.Prepare != nil {
+		if err := hooks.Prepare(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "nodecluster: prepare, outside the namespaces: %v\n", err)
+			removeCgroups(made)
+			return 1
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodecluster: %v\n", err)
@@ -131,6 +150,9 @@ func Require(t testing.TB) {
 	}
 	t.Skipf("SKIPPED, NOT PASSED: a one-node cluster cannot run here: %s", why)
 }
+
+// SharedDir is the directory Prepare was given, seen from inside.
+func SharedDir() string { return os.Getenv(dirEnv) }
 
 // Inside reports whether this process runs in the cluster's namespaces.
 func Inside() bool { return os.Getenv(sandboxEnv) == "1" }
