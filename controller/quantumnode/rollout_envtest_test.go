@@ -88,15 +88,15 @@ func TestEnvtestASpecChangeToAPortNothingServesIsRolledBack(t *testing.T) {
 	key := client.ObjectKeyFromObject(qn)
 	h.endpointSlice(t, ns, "edge", 9090)
 	h.waitForHealth(t, key, qnv1alpha1.HealthHealthy)
-	h.waitForProgress(t, key, rollout.ReasonRevisionReady, "revision 1 is Ready")
+	h.waitForProgress(t, key, qnv1alpha1.ReasonRevisionReady, "revision 1 is Ready")
 
 	h.update(t, qn, func() {
 		qn.Spec.Services[0].Port = 9999
 		qn.Annotations = map[string]string{rollout.AnnotationChangeCause: "move grpc to 9999"}
 	})
-	h.waitForProgress(t, key, rollout.ReasonRevisionProgressing, "revision 2 is not Ready yet")
-	h.waitForEvent(t, ns, "edge", rollout.ReasonProgressDeadlineExceeded)
-	note := h.waitForEvent(t, ns, "edge", rollout.EventRollbackTriggered)
+	h.waitForProgress(t, key, qnv1alpha1.ReasonRevisionProgressing, "revision 2 is not Ready yet")
+	h.waitForEvent(t, ns, "edge", qnv1alpha1.ReasonProgressDeadlineExceeded)
+	note := h.waitForEvent(t, ns, "edge", qnv1alpha1.EventRollbackTriggered)
 	if !strings.Contains(note, "revision 2 → 1") || !strings.Contains(note, "port grpc:9999 has 0 ready endpoints") || !strings.Contains(note, "rolled back automatically") {
 		t.Errorf("RollbackTriggered says %q", note)
 	}
@@ -120,7 +120,7 @@ func TestEnvtestASpecChangeToAPortNothingServesIsRolledBack(t *testing.T) {
 		t.Errorf("no managedFields entry of %s", rollout.RollbackFieldManager)
 	}
 	// The restored spec is Ready again, as revision 3 (the old one renumbered).
-	qn = h.waitForProgress(t, key, rollout.ReasonRevisionReady, "revision 3 is Ready")
+	qn = h.waitForProgress(t, key, qnv1alpha1.ReasonRevisionReady, "revision 3 is Ready")
 	if lr := qn.Status.Rollout.LastRollback; lr == nil || lr.ID != rec.ID || !lr.Performed {
 		t.Errorf("status.rollout.lastRollback %+v, want %s performed", lr, rec.ID)
 	}
@@ -148,10 +148,10 @@ func TestEnvtestWithoutAutomaticRollbackTheMissedDeadlineIsOnlyReported(t *testi
 	})
 	key := client.ObjectKeyFromObject(qn)
 	h.endpointSlice(t, ns, "edge", 9090)
-	h.waitForProgress(t, key, rollout.ReasonRevisionReady, "revision 1 is Ready")
+	h.waitForProgress(t, key, qnv1alpha1.ReasonRevisionReady, "revision 1 is Ready")
 	h.update(t, qn, func() { qn.Spec.Services[0].Port = 9999 })
-	qn = h.waitForProgress(t, key, rollout.ReasonProgressDeadlineExceeded, "revision 2 was not Ready within 2s")
-	note := h.waitForEvent(t, ns, "edge", rollout.EventRollbackTriggered)
+	qn = h.waitForProgress(t, key, qnv1alpha1.ReasonProgressDeadlineExceeded, "revision 2 was not Ready within 2s")
+	note := h.waitForEvent(t, ns, "edge", qnv1alpha1.EventRollbackTriggered)
 	if !strings.Contains(note, "report only") || !strings.Contains(note, "--to-revision 1") {
 		t.Errorf("RollbackTriggered says %q", note)
 	}
@@ -175,7 +175,7 @@ func TestEnvtestWithoutAutomaticRollbackTheMissedDeadlineIsOnlyReported(t *testi
 	if rec.FromRevision != 2 || rec.ToRevision != 1 {
 		t.Errorf("undo %+v", rec)
 	}
-	h.waitForProgress(t, key, rollout.ReasonRevisionReady, "revision 3 is Ready")
+	h.waitForProgress(t, key, qnv1alpha1.ReasonRevisionReady, "revision 3 is Ready")
 	if _, err := rollout.Undo(context.Background(), h.client, h.get(t, key), 7, "qnctl", time.Now()); err == nil || !strings.Contains(err.Error(), "has no revision 7") {
 		t.Errorf("undo to a revision that does not exist: %v", err)
 	}

@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
-	"github.com/quantumnode/qn-admission/controller/selfheal"
 	testharness "github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/promtest"
 )
@@ -288,9 +287,9 @@ func TestEnvtestANodeNotReadyDegradesThenFailsAndRestartEvictsTheServingPods(t *
 		}
 		return nil
 	})
-	h.waitForEvent(t, ns, "edge", selfheal.EventHealthDegraded)
-	h.waitForEvent(t, ns, "edge", selfheal.EventHealthFailed)
-	if note := h.waitForEvent(t, ns, "edge", selfheal.EventRemediationStarted); !strings.Contains(note, "Restart") {
+	h.waitForEvent(t, ns, "edge", qnv1alpha1.EventHealthDegraded)
+	h.waitForEvent(t, ns, "edge", qnv1alpha1.EventHealthFailed)
+	if note := h.waitForEvent(t, ns, "edge", qnv1alpha1.EventRemediationStarted); !strings.Contains(note, "Restart") {
 		t.Errorf("RemediationStarted says %q", note)
 	}
 
@@ -300,7 +299,7 @@ func TestEnvtestANodeNotReadyDegradesThenFailsAndRestartEvictsTheServingPods(t *
 	if r := qn.Status.Remediation; r == nil || r.Result != qnv1alpha1.ResultSucceeded || r.FinishedAt == nil {
 		t.Errorf("remediation %+v, want Restart Succeeded", r)
 	}
-	h.waitForEvent(t, ns, "edge", selfheal.EventHealthRecovered)
+	h.waitForEvent(t, ns, "edge", qnv1alpha1.EventHealthRecovered)
 	if got := counterValue(t, h, "qn_controller_remediations_total", map[string]string{"action": "Restart", "result": "Succeeded"}); got < 1 {
 		t.Errorf("qn_controller_remediations_total{Restart,Succeeded} = %v", got)
 	}
@@ -437,7 +436,7 @@ func TestEnvtestTwoFailedRestartsWithinTheWindowIsolateTheNode(t *testing.T) {
 	if want := []string{"Restart#2 Failed", "Restart#1 Failed"}; !slices.Equal(restarts, want) {
 		t.Errorf("history %v, want %v", restarts, want)
 	}
-	h.waitForEvent(t, ns, "edge", selfheal.EventIsolated)
+	h.waitForEvent(t, ns, "edge", qnv1alpha1.EventIsolated)
 	if got := gaugeValue(t, h, "qn_controller_quantumnodes_health", map[string]string{"health": "Isolated"}); got < 1 {
 		t.Errorf("qn_controller_quantumnodes_health{health=Isolated} = %v, want at least this node", got)
 	}
@@ -489,7 +488,7 @@ func TestEnvtestSixOfTenNodesDownWithMaxUnhealthy40PercentRemediatesNothing(t *t
 			return err
 		}
 		c := meta.FindStatusCondition(p.Status.Conditions, qnv1alpha1.ConditionRemediationAllowed)
-		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != selfheal.ReasonTooManyUnhealthy || p.Status.UnhealthyNodes != 6 || p.Status.SelectedNodes != 10 {
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != qnv1alpha1.ReasonTooManyUnhealthy || p.Status.UnhealthyNodes != 6 || p.Status.SelectedNodes != 10 {
 			return fmt.Errorf("status %+v", p.Status)
 		}
 		return nil
@@ -505,7 +504,7 @@ func TestEnvtestSixOfTenNodesDownWithMaxUnhealthy40PercentRemediatesNothing(t *t
 			t.Errorf("edge-%d was remediated with 6 of 10 down: %+v", i, qn.Status.Remediation)
 		}
 	}
-	h.waitForEvent(t, ns, "edge-0", selfheal.EventRemediationBlocked)
+	h.waitForEvent(t, ns, "edge-0", qnv1alpha1.EventRemediationBlocked)
 
 	// Three come back: 3 of 10 is within 40%, so the rest are repaired.
 	for _, n := range nodes[:3] {
@@ -556,7 +555,7 @@ func TestEnvtestPauseAndDryRunDoNothing(t *testing.T) {
 		}
 		return nil
 	})
-	h.waitForEvent(t, ns, "dry", selfheal.EventRemediationDryRun)
+	h.waitForEvent(t, ns, "dry", qnv1alpha1.EventRemediationDryRun)
 	qn = h.waitForHealth(t, client.ObjectKey{Namespace: ns, Name: "paused"}, qnv1alpha1.HealthFailed)
 	eventually(t, "the paused node says why nothing is done", func() error {
 		qn = h.get(t, client.ObjectKey{Namespace: ns, Name: "paused"})
@@ -664,7 +663,7 @@ func TestEnvtestRestartHonoursAPodDisruptionBudget(t *testing.T) {
 	})
 	h.waitForHealth(t, key, qnv1alpha1.HealthHealthy)
 	h.setNodeReady(t, node, false)
-	note := h.waitForEvent(t, ns, "edge", selfheal.EventRemediationPending)
+	note := h.waitForEvent(t, ns, "edge", qnv1alpha1.EventRemediationPending)
 	if !strings.Contains(note, "PodDisruptionBudget refused evicting") {
 		t.Errorf("RemediationPending says %q", note)
 	}
@@ -759,7 +758,7 @@ func TestEnvtestRebuildRecreatesTheServiceAndDeletesTheMachine(t *testing.T) {
 		}
 		return nil
 	})
-	if note := h.waitForEvent(t, ns, "edge", selfheal.EventRemediationStarted); !strings.Contains(strings.Join(h.events(t, ns, "edge")[selfheal.EventRemediationStarted], "|"), "deleted Machine "+ns+"/edge-machine") {
+	if note := h.waitForEvent(t, ns, "edge", qnv1alpha1.EventRemediationStarted); !strings.Contains(strings.Join(h.events(t, ns, "edge")[qnv1alpha1.EventRemediationStarted], "|"), "deleted Machine "+ns+"/edge-machine") {
 		t.Errorf("RemediationStarted says %q", note)
 	}
 }

@@ -189,7 +189,7 @@ func (f *Follower) keepRevisions(ctx context.Context, qn *qnv1alpha1.QuantumNode
 }
 
 func (f *Follower) recordRollback(qn *qnv1alpha1.QuantumNode, rb qnv1alpha1.RollbackRecord, why string, automatic, hasTarget bool) {
-	f.recorder.Eventf(qn, nil, corev1.EventTypeWarning, ReasonProgressDeadlineExceeded, "Rollout", "%s", why)
+	f.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.ReasonProgressDeadlineExceeded, "Rollout", "%s", why)
 	what := "rolled back automatically"
 	switch {
 	case !hasTarget:
@@ -197,7 +197,7 @@ func (f *Follower) recordRollback(qn *qnv1alpha1.QuantumNode, rb qnv1alpha1.Roll
 	case !automatic:
 		what = fmt.Sprintf("automatic rollback is off (report only); `qnctl rollout undo %s -n %s --to-revision %d` rolls back", qn.Name, qn.Namespace, rb.ToRevision)
 	}
-	f.recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventRollbackTriggered, "Rollout",
+	f.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventRollbackTriggered, "Rollout",
 		"rollback %s: revision %d → %d, triggered by %s; %s", rb.ID, rb.FromRevision, rb.ToRevision, rb.Trigger, what)
 	f.rollbacks.WithLabelValues(fmt.Sprint(automatic && hasTarget)).Inc()
 }
@@ -220,7 +220,7 @@ func (f *Follower) Apply(ctx context.Context, qn *qnv1alpha1.QuantumNode, status
 		// Refused (admission, RBAC): record it as reported, not performed.
 		status.Rollout.LastRollback.Performed = false
 		status.Rollout.LastRollback.Trigger = controller.Clip(status.Rollout.LastRollback.Trigger + "; the rollback was refused: " + err.Error())
-		f.recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventRollbackFailed, "Rollout", "rollback %s to revision %d refused: %v", p.record.ID, p.record.ToRevision, err)
+		f.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventRollbackFailed, "Rollout", "rollback %s to revision %d refused: %v", p.record.ID, p.record.ToRevision, err)
 		log.FromContext(ctx).Error(err, "automatic rollback refused", "rollback", p.record.ID)
 		return qn, nil
 	}

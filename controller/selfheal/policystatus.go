@@ -27,17 +27,6 @@ import (
 	"github.com/quantumnode/qn-admission/controller/remediation"
 )
 
-// Reasons of a policy's RemediationAllowed condition.
-const (
-	ReasonRemediationAllowed = "Allowed"
-	ReasonTooManyUnhealthy   = "TooManyUnhealthy"
-	ReasonPaused             = "Paused"
-	ReasonReportOnly         = "ReportOnly"
-	// EventPolicyCorrected: a policy's thresholds contradict each other;
-	// the note says which value is used.
-	EventPolicyCorrected = "PolicyCorrected"
-)
-
 // policyStatus writes each policy's census and whether its guards let it
 // remediate; the census it takes is the one the guards read.
 type policyStatus struct {
@@ -82,19 +71,19 @@ func (p *policyStatus) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		problems = append(problems, fmt.Sprintf("spec.selector does not compile, so the policy selects nothing: %v", err))
 	}
 	allowed := settings.Ladder.AllowedUnhealthy(census.Selected)
-	cond := metav1.Condition{Type: qnv1alpha1.ConditionRemediationAllowed, Status: metav1.ConditionTrue, Reason: ReasonRemediationAllowed,
+	cond := metav1.Condition{Type: qnv1alpha1.ConditionRemediationAllowed, Status: metav1.ConditionTrue, Reason: qnv1alpha1.ReasonRemediationAllowed,
 		ObservedGeneration: policy.Generation, LastTransitionTime: metav1.NewTime(p.clock.Now())}
 	tooMany := census.Unhealthy > allowed
 	why, paused := policy.Annotations[qnv1alpha1.AnnotationPauseRemediation]
 	switch {
 	case !settings.Ladder.Remediates():
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonReportOnly
+		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonReportOnly
 		cond.Message = "the policy has no remediation step: health is reported, nothing is repaired"
 	case paused:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPaused
+		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonRemediationPaused
 		cond.Message = fmt.Sprintf("paused by annotation %s: %q", qnv1alpha1.AnnotationPauseRemediation, why)
 	case tooMany:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonTooManyUnhealthy
+		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonTooManyUnhealthy
 		cond.Message = fmt.Sprintf("%d of %d nodes are unhealthy, more than maxUnhealthy %s (%d): nothing is remediated until at most %d are",
 			census.Unhealthy, census.Selected, settings.Ladder.MaxUnhealthy.String(), allowed, allowed)
 	default:
@@ -124,12 +113,12 @@ func (p *policyStatus) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	}
 	if policy.Status.ObservedGeneration != policy.Generation {
 		for _, problem := range problems {
-			p.recorder.Eventf(updated, nil, corev1.EventTypeWarning, EventPolicyCorrected, "ResolvePolicy", "%s", problem)
+			p.recorder.Eventf(updated, nil, corev1.EventTypeWarning, qnv1alpha1.EventPolicyCorrected, "ResolvePolicy", "%s", problem)
 		}
 	}
 	if before := meta.FindStatusCondition(policy.Status.Conditions, qnv1alpha1.ConditionRemediationAllowed); before == nil || before.Reason != cond.Reason {
 		kind := corev1.EventTypeNormal
-		if cond.Reason == ReasonTooManyUnhealthy {
+		if cond.Reason == qnv1alpha1.ReasonTooManyUnhealthy {
 			kind = corev1.EventTypeWarning
 		}
 		p.recorder.Eventf(updated, nil, kind, cond.Reason, "GuardRemediation", "%s", cond.Message)

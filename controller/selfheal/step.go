@@ -29,21 +29,6 @@ import (
 	"github.com/quantumnode/qn-admission/controller/remediation"
 )
 
-// Event reasons of self-healing and rollout.
-const (
-	EventHealthDegraded       = "HealthDegraded"
-	EventHealthFailed         = "HealthFailed"
-	EventHealthRecovered      = "HealthRecovered"
-	EventIsolated             = "Isolated"
-	EventRemediationStarted   = "RemediationStarted"
-	EventRemediationDryRun    = "RemediationDryRun"
-	EventRemediationSucceeded = "RemediationSucceeded"
-	EventRemediationFailed    = "RemediationFailed"
-	EventRemediationAbandoned = "RemediationAbandoned"
-	EventRemediationBlocked   = "RemediationBlocked"
-	EventRemediationPending   = "RemediationPending"
-)
-
 // historyLimit bounds status.remediationHistory.
 const historyLimit = 10
 
@@ -272,14 +257,14 @@ func (s *Step) conclude(status *qnv1alpha1.QuantumNodeStatus, c health.Conclusio
 	ended := *cur
 	h.fx.Then(func(_ context.Context, qn *qnv1alpha1.QuantumNode) error {
 		s.metrics.concluded(ended)
-		reason, kind := EventRemediationSucceeded, corev1.EventTypeNormal
+		reason, kind := qnv1alpha1.EventRemediationSucceeded, corev1.EventTypeNormal
 		switch ended.Result {
 		case qnv1alpha1.ResultFailed:
-			reason, kind = EventRemediationFailed, corev1.EventTypeWarning
+			reason, kind = qnv1alpha1.EventRemediationFailed, corev1.EventTypeWarning
 		case qnv1alpha1.ResultAbandoned:
-			reason = EventRemediationAbandoned
+			reason = qnv1alpha1.EventRemediationAbandoned
 		case qnv1alpha1.ResultDryRun:
-			reason = EventRemediationDryRun
+			reason = qnv1alpha1.EventRemediationDryRun
 		}
 		s.recorder.Eventf(qn, nil, kind, reason, "Remediate", "%s", ended.Message)
 		return nil
@@ -337,12 +322,12 @@ func (s *Step) start(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *core
 	started2 := rec
 	h.fx.Then(func(_ context.Context, qn *qnv1alpha1.QuantumNode) error {
 		s.metrics.started(started2)
-		reason := EventRemediationStarted
+		reason := qnv1alpha1.EventRemediationStarted
 		switch started2.Result {
 		case qnv1alpha1.ResultDryRun:
-			reason = EventRemediationDryRun
+			reason = qnv1alpha1.EventRemediationDryRun
 		case qnv1alpha1.ResultFailed:
-			reason = EventRemediationFailed
+			reason = qnv1alpha1.EventRemediationFailed
 			s.metrics.concluded(started2)
 		}
 		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, reason, "Remediate", "%s", started2.Message)
@@ -384,10 +369,10 @@ func (s *Step) act(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *corev1
 		return err
 	}
 	if report.Pending != "" {
-		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventRemediationPending, "Remediate", "%s", report.Message())
+		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventRemediationPending, "Remediate", "%s", report.Message())
 		h.fx.Requeue(5 * time.Second)
 	} else if report.Acted {
-		s.recorder.Eventf(qn, nil, corev1.EventTypeNormal, EventRemediationStarted, "Remediate", "%s %d: %s", step.Action, step.Attempt, report.Done)
+		s.recorder.Eventf(qn, nil, corev1.EventTypeNormal, qnv1alpha1.EventRemediationStarted, "Remediate", "%s %d: %s", step.Action, step.Attempt, report.Done)
 	}
 	return nil
 }
@@ -416,7 +401,7 @@ func (s *Step) boundElsewhere(ctx context.Context, qn *qnv1alpha1.QuantumNode) f
 // guard newly holds a step back.
 func (s *Step) recordHealth(qn *qnv1alpha1.QuantumNode, from qnv1alpha1.HealthState, before *metav1.Condition, after metav1.Condition, out health.Outcome) {
 	if out.Blocked != "" && (before == nil || before.Message != after.Message) {
-		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventRemediationBlocked, "Remediate", "%s", out.Blocked)
+		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventRemediationBlocked, "Remediate", "%s", out.Blocked)
 	}
 	if from == out.State {
 		return
@@ -424,14 +409,14 @@ func (s *Step) recordHealth(qn *qnv1alpha1.QuantumNode, from qnv1alpha1.HealthSt
 	switch out.State {
 	case qnv1alpha1.HealthHealthy:
 		if from != "" {
-			s.recorder.Eventf(qn, nil, corev1.EventTypeNormal, EventHealthRecovered, "AssessHealth", "%s → Healthy: %s", from, after.Message)
+			s.recorder.Eventf(qn, nil, corev1.EventTypeNormal, qnv1alpha1.EventHealthRecovered, "AssessHealth", "%s → Healthy: %s", from, after.Message)
 		}
 	case qnv1alpha1.HealthDegraded:
-		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventHealthDegraded, "AssessHealth", "%s → Degraded: %s", orNone(string(from)), after.Message)
+		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventHealthDegraded, "AssessHealth", "%s → Degraded: %s", orNone(string(from)), after.Message)
 	case qnv1alpha1.HealthFailed:
-		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventHealthFailed, "AssessHealth", "%s → Failed: %s", orNone(string(from)), after.Message)
+		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventHealthFailed, "AssessHealth", "%s → Failed: %s", orNone(string(from)), after.Message)
 	case qnv1alpha1.HealthIsolated:
-		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, EventIsolated, "AssessHealth", "%s → Isolated: %s", orNone(string(from)), after.Message)
+		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventIsolated, "AssessHealth", "%s → Isolated: %s", orNone(string(from)), after.Message)
 	}
 }
 
