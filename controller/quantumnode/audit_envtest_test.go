@@ -37,6 +37,7 @@ import (
 	"github.com/quantumnode/qn-admission/controller/audit"
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/policies"
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 )
 
 // auditTestLabel marks the QuantumNodes of one audit test; the shared
@@ -49,7 +50,7 @@ const retirementWaiver = "qn.dev/retirement-waiver"
 
 // policyReportCRD is the PolicyReport CRD the chart ships.
 func policyReportCRD() (*apiextensionsv1.CustomResourceDefinition, error) {
-	path := filepath.Join("..", "charts", "qn-admission", "files", "crds", "wgpolicyk8s.io_policyreports.yaml")
+	path := filepath.Join(testharness.ModuleRoot(), "charts", "qn-admission", "files", "crds", "wgpolicyk8s.io_policyreports.yaml")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -86,15 +86,10 @@ type PendingRollback struct {
 // node's policy asks for it.
 func (f *Follower) Follow(ctx context.Context, qn *qnv1alpha1.QuantumNode, status *qnv1alpha1.QuantumNodeStatus, now time.Time, judged Judged) (Outcome, error) {
 	var out Outcome
-	list := &appsv1.ControllerRevisionList{}
-	if err := f.client.List(ctx, list, client.InNamespace(qn.Namespace), client.MatchingFields{controller.QuantumNodeLabelIndex: qn.Name}); err != nil {
-		return out, fmt.Errorf("list the revisions of QuantumNode %s/%s: %w", qn.Namespace, qn.Name, err)
+	revs, err := f.revisions(ctx, qn)
+	if err != nil {
+		return out, err
 	}
-	revs := make([]*appsv1.ControllerRevision, len(list.Items))
-	for i := range list.Items {
-		revs[i] = &list.Items[i]
-	}
-	revs = OwnedBy(qn, revs)
 	ready := ""
 	if status.Rollout != nil {
 		ready = status.Rollout.ReadyRevision
@@ -144,6 +139,19 @@ func (f *Follower) Follow(ctx context.Context, qn *qnv1alpha1.QuantumNode, statu
 		})
 	}
 	return out, nil
+}
+
+// revisions are the ControllerRevisions qn owns, from the cache.
+func (f *Follower) revisions(ctx context.Context, qn *qnv1alpha1.QuantumNode) ([]*appsv1.ControllerRevision, error) {
+	list := &appsv1.ControllerRevisionList{}
+	if err := f.client.List(ctx, list, client.InNamespace(qn.Namespace), client.MatchingFields{controller.QuantumNodeLabelIndex: qn.Name}); err != nil {
+		return nil, fmt.Errorf("list the revisions of QuantumNode %s/%s: %w", qn.Namespace, qn.Name, err)
+	}
+	revs := make([]*appsv1.ControllerRevision, len(list.Items))
+	for i := range list.Items {
+		revs[i] = &list.Items[i]
+	}
+	return OwnedBy(qn, revs), nil
 }
 
 // readyNow is the criterion a revision must meet: Ready, at the current

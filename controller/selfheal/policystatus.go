@@ -70,25 +70,7 @@ func (p *policyStatus) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if _, err := metav1.LabelSelectorAsSelector(&policy.Spec.Selector); err != nil {
 		problems = append(problems, fmt.Sprintf("spec.selector does not compile, so the policy selects nothing: %v", err))
 	}
-	allowed := settings.Ladder.AllowedUnhealthy(census.Selected)
-	cond := metav1.Condition{Type: qnv1alpha1.ConditionRemediationAllowed, Status: metav1.ConditionTrue, Reason: qnv1alpha1.ReasonRemediationAllowed,
-		ObservedGeneration: policy.Generation, LastTransitionTime: metav1.NewTime(p.clock.Now())}
-	tooMany := census.Unhealthy > allowed
-	why, paused := policy.Annotations[qnv1alpha1.AnnotationPauseRemediation]
-	switch {
-	case !settings.Ladder.Remediates():
-		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonReportOnly
-		cond.Message = "the policy has no remediation step: health is reported, nothing is repaired"
-	case paused:
-		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonRemediationPaused
-		cond.Message = fmt.Sprintf("paused by annotation %s: %q", qnv1alpha1.AnnotationPauseRemediation, why)
-	case tooMany:
-		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonTooManyUnhealthy
-		cond.Message = fmt.Sprintf("%d of %d nodes are unhealthy, more than maxUnhealthy %s (%d): nothing is remediated until at most %d are",
-			census.Unhealthy, census.Selected, settings.Ladder.MaxUnhealthy.String(), allowed, allowed)
-	default:
-		cond.Message = fmt.Sprintf("%d of %d nodes are unhealthy, within maxUnhealthy %s (%d)", census.Unhealthy, census.Selected, settings.Ladder.MaxUnhealthy.String(), allowed)
-	}
+	cond, tooMany := remediationAllowed(policy, settings.Ladder, census, p.clock.Now())
 	p.metrics.setBlocked(policy.Name, settings.Ladder.Remediates() && tooMany)
 
 	status := *policy.Status.DeepCopy()
@@ -124,6 +106,32 @@ func (p *policyStatus) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		p.recorder.Eventf(updated, nil, kind, cond.Reason, "GuardRemediation", "%s", cond.Message)
 	}
 	return ctrl.Result{}, nil
+}
+
+// remediationAllowed is the policy's RemediationAllowed condition as of
+// now, given its census; tooMany says more than maxUnhealthy of its nodes
+// are unhealthy.
+func remediationAllowed(policy *qnv1alpha1.QuantumNodeHealthPolicy, ladder health.Ladder, census remediation.Census, now time.Time) (cond metav1.Condition, tooMany bool) {
+	allowed := ladder.AllowedUnhealthy(census.Selected)
+	cond = metav1.Condition{Type: qnv1alpha1.ConditionRemediationAllowed, Status: metav1.ConditionTrue, Reason: qnv1alpha1.ReasonRemediationAllowed,
+		ObservedGeneration: policy.Generation, LastTransitionTime: metav1.NewTime(now)}
+	tooMany = census.Unhealthy > allowed
+	why, paused := policy.Annotations[qnv1alpha1.AnnotationPauseRemediation]
+	switch {
+	case !ladder.Remediates():
+		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonReportOnly
+		cond.Message = "the policy has no remediation step: health is reported, nothing is repaired"
+	case paused:
+		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonRemediationPaused
+		cond.Message = fmt.Sprintf("paused by annotation %s: %q", qnv1alpha1.AnnotationPauseRemediation, why)
+	case tooMany:
+		cond.Status, cond.Reason = metav1.ConditionFalse, qnv1alpha1.ReasonTooManyUnhealthy
+		cond.Message = fmt.Sprintf("%d of %d nodes are unhealthy, more than maxUnhealthy %s (%d): nothing is remediated until at most %d are",
+			census.Unhealthy, census.Selected, ladder.MaxUnhealthy.String(), allowed, allowed)
+	default:
+		cond.Message = fmt.Sprintf("%d of %d nodes are unhealthy, within maxUnhealthy %s (%d)", census.Unhealthy, census.Selected, ladder.MaxUnhealthy.String(), allowed)
+	}
+	return cond, tooMany
 }
 
 // everyPolicy maps a QuantumNode event to every policy: a node's labels

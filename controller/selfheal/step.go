@@ -117,10 +117,11 @@ func (s *Step) reportOnly(qn *qnv1alpha1.QuantumNode, status *qnv1alpha1.Quantum
 	h.fx.Urgent = h.fx.Urgent || qn.Status.Health != ""
 }
 
-// assess runs the state machine for a node its policy selects.
-func (s *Step) assess(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *corev1.Node, status *qnv1alpha1.QuantumNodeStatus, now time.Time, policies []health.Selector, h *heal) error {
+// input gathers what the state machine judges: the node's signals (its
+// Node, its Service's EndpointSlices, the active checks it keeps tracked
+// or drops), and its health so far.
+func (s *Step) input(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *corev1.Node, status *qnv1alpha1.QuantumNodeStatus, now time.Time, set health.Settings) (health.Input, error) {
 	key := client.ObjectKeyFromObject(qn)
-	set := h.settings
 	address := health.NodeAddress(node)
 	if p := set.Probe; p != nil && node != nil {
 		s.prober.Track(probeTarget(qn, key, address, p))
@@ -131,7 +132,7 @@ func (s *Step) assess(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *cor
 	if set.Endpoints != nil {
 		list := &discoveryv1.EndpointSliceList{}
 		if err := s.client.List(ctx, list, client.InNamespace(qn.Namespace), client.MatchingFields{endpointSliceIndex: qn.Name}); err != nil {
-			return fmt.Errorf("list the EndpointSlices of Service %s: %w", key, err)
+			return health.Input{}, fmt.Errorf("list the EndpointSlices of Service %s: %w", key, err)
 		}
 		for i := range list.Items {
 			slices = append(slices, &list.Items[i])
@@ -154,6 +155,17 @@ func (s *Step) assess(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *cor
 		if c.Status == metav1.ConditionFalse {
 			in.UnhealthySince = c.LastTransitionTime.Time
 		}
+	}
+	return in, nil
+}
+
+// assess runs the state machine for a node its policy selects.
+func (s *Step) assess(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *corev1.Node, status *qnv1alpha1.QuantumNodeStatus, now time.Time, policies []health.Selector, h *heal) error {
+	key := client.ObjectKeyFromObject(qn)
+	set := h.settings
+	in, err := s.input(ctx, qn, node, status, now, set)
+	if err != nil {
+		return err
 	}
 	var guardErr error
 	in.Guard = func() health.Guard {
