@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/controller"
 	"github.com/quantumnode/qn-admission/internal/words"
 )
 
@@ -165,7 +166,7 @@ func Next(in Input) Outcome {
 			out.Conclude = &Conclusion{Result: qnv1alpha1.ResultAbandoned, Message: fmt.Sprintf("the policy no longer has a %s step", current.Action)}
 			current = nil
 		} else if deadline := current.StartedAt.Add(step.Timeout); in.Now.Before(deadline) {
-			out.RequeueAfter = earliest(out.RequeueAfter, deadline.Sub(in.Now))
+			out.RequeueAfter = controller.Earliest(out.RequeueAfter, deadline.Sub(in.Now))
 			return out
 		} else {
 			result := qnv1alpha1.ResultFailed
@@ -212,14 +213,14 @@ func Next(in Input) Outcome {
 	if in.Guard != nil {
 		if why := in.Guard().blocks(); why != "" {
 			out.Blocked = fmt.Sprintf("%s attempt %d not started: %s", next.Action, next.Attempt, why)
-			out.RequeueAfter = earliest(out.RequeueAfter, blockedRetry)
+			out.RequeueAfter = controller.Earliest(out.RequeueAfter, blockedRetry)
 			return out
 		}
 	}
 	next.DryRun = ladder.DryRun
 	out.Start = &next
 	if step, ok := ladder.step(next.Action); ok {
-		out.RequeueAfter = earliest(out.RequeueAfter, step.Timeout)
+		out.RequeueAfter = controller.Earliest(out.RequeueAfter, step.Timeout)
 	}
 	return out
 }
@@ -334,10 +335,10 @@ func assess(in Input) assessment {
 		case bad >= failedAfter:
 			return qnv1alpha1.HealthFailed
 		case bad >= degradedAfter:
-			requeue = earliest(requeue, failedAfter-bad)
+			requeue = controller.Earliest(requeue, failedAfter-bad)
 			return qnv1alpha1.HealthDegraded
 		}
-		requeue = earliest(requeue, degradedAfter-bad)
+		requeue = controller.Earliest(requeue, degradedAfter-bad)
 		return qnv1alpha1.HealthHealthy
 	}
 
@@ -403,17 +404,6 @@ func healthyMessage(in Input) string {
 // durations, so that a message does not change, and cause a status write,
 // on every reconcile.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
-// earliest is the smaller positive of two waits (0 means none).
-func earliest(a, b time.Duration) time.Duration {
-	switch {
-	case b <= 0:
-		return a
-	case a <= 0 || b < a:
-		return b
-	}
-	return a
-}
 
 func timePtr(t time.Time) *metav1.Time {
 	v := metav1.NewTime(t)
