@@ -8,27 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/controller"
 	"github.com/quantumnode/qn-admission/internal/words"
-)
-
-// Reasons of the Healthy condition. Part of the API: alerts match on them.
-const (
-	// ReasonAllSignalsGood: every signal the policy asks for is good.
-	ReasonAllSignalsGood = "AllSignalsGood"
-	// ReasonNodeNotReady: the Node's Ready condition is not True.
-	ReasonNodeNotReady = "NodeNotReady"
-	// ReasonNodeNotFound: the QuantumNode's Node does not exist.
-	ReasonNodeNotFound = "NodeNotFound"
-	// ReasonProbeFailing: the active check of a port fails.
-	ReasonProbeFailing = "ProbeFailing"
-	// ReasonEndpointsNotReady: a port has too few ready endpoints.
-	ReasonEndpointsNotReady = "EndpointsNotReady"
-	// ReasonRestartsFailing: the isolation rule (failed restarts within
-	// its window) isolated the node.
-	ReasonRestartsFailing = "RestartsFailing"
-	// ReasonLadderExhausted: every step of the ladder was tried and the
-	// node is still not Healthy.
-	ReasonLadderExhausted = "LadderExhausted"
 )
 
 // Signals are the facts about one QuantumNode, as observed.
@@ -185,7 +166,7 @@ func Next(in Input) Outcome {
 			out.Conclude = &Conclusion{Result: qnv1alpha1.ResultAbandoned, Message: fmt.Sprintf("the policy no longer has a %s step", current.Action)}
 			current = nil
 		} else if deadline := current.StartedAt.Add(step.Timeout); in.Now.Before(deadline) {
-			out.RequeueAfter = earliest(out.RequeueAfter, deadline.Sub(in.Now))
+			out.RequeueAfter = controller.Earliest(out.RequeueAfter, deadline.Sub(in.Now))
 			return out
 		} else {
 			result := qnv1alpha1.ResultFailed
@@ -211,7 +192,7 @@ func Next(in Input) Outcome {
 	// Failed, no step running: isolate, or climb.
 	if !ladder.DryRun {
 		if n := failedRestarts(in.History, in.Now, ladder.IsolationWindow); n >= ladder.FailedRestarts && ladder.FailedRestarts > 0 {
-			out.State, out.Reason = qnv1alpha1.HealthIsolated, ReasonRestartsFailing
+			out.State, out.Reason = qnv1alpha1.HealthIsolated, qnv1alpha1.ReasonRestartsFailing
 			out.Message = fmt.Sprintf("%d restarts failed within %s; remediation stopped until the node is Healthy again (%s)", n, ladder.IsolationWindow, a.message)
 			out.RequeueAfter = 0
 			return out
@@ -224,7 +205,7 @@ func Next(in Input) Outcome {
 			out.RequeueAfter = 0
 			return out
 		}
-		out.State, out.Reason = qnv1alpha1.HealthIsolated, ReasonLadderExhausted
+		out.State, out.Reason = qnv1alpha1.HealthIsolated, qnv1alpha1.ReasonLadderExhausted
 		out.Message = fmt.Sprintf("every remediation step (%s) was tried and the node is not Healthy; remediation stopped until it is (%s)", stepNames(ladder), a.message)
 		out.RequeueAfter = 0
 		return out
@@ -232,14 +213,14 @@ func Next(in Input) Outcome {
 	if in.Guard != nil {
 		if why := in.Guard().blocks(); why != "" {
 			out.Blocked = fmt.Sprintf("%s attempt %d not started: %s", next.Action, next.Attempt, why)
-			out.RequeueAfter = earliest(out.RequeueAfter, blockedRetry)
+			out.RequeueAfter = controller.Earliest(out.RequeueAfter, blockedRetry)
 			return out
 		}
 	}
 	next.DryRun = ladder.DryRun
 	out.Start = &next
 	if step, ok := ladder.step(next.Action); ok {
-		out.RequeueAfter = earliest(out.RequeueAfter, step.Timeout)
+		out.RequeueAfter = controller.Earliest(out.RequeueAfter, step.Timeout)
 	}
 	return out
 }
@@ -262,8 +243,8 @@ func withEnded(history []qnv1alpha1.RemediationStatus, ended qnv1alpha1.Remediat
 // with the reason it was isolated for, and the current problem.
 func isolatedStill(in Input, a assessment) (qnv1alpha1.HealthState, string, string) {
 	reason := in.Reason
-	if reason != ReasonRestartsFailing {
-		reason = ReasonLadderExhausted
+	if reason != qnv1alpha1.ReasonRestartsFailing {
+		reason = qnv1alpha1.ReasonLadderExhausted
 	}
 	return qnv1alpha1.HealthIsolated, reason, fmt.Sprintf("isolated: no remediation until the node is Healthy again (%s)", a.message)
 }
@@ -339,7 +320,7 @@ func severity(s qnv1alpha1.HealthState) int {
 func assess(in Input) assessment {
 	s := in.Settings
 	since := episodeStart(in)
-	worst := assessment{state: qnv1alpha1.HealthHealthy, reason: ReasonAllSignalsGood}
+	worst := assessment{state: qnv1alpha1.HealthHealthy, reason: qnv1alpha1.ReasonAllSignalsGood}
 	var requeue time.Duration
 	consider := func(state qnv1alpha1.HealthState, reason, message string) {
 		if severity(state) > severity(worst.state) {
@@ -354,10 +335,10 @@ func assess(in Input) assessment {
 		case bad >= failedAfter:
 			return qnv1alpha1.HealthFailed
 		case bad >= degradedAfter:
-			requeue = earliest(requeue, failedAfter-bad)
+			requeue = controller.Earliest(requeue, failedAfter-bad)
 			return qnv1alpha1.HealthDegraded
 		}
-		requeue = earliest(requeue, degradedAfter-bad)
+		requeue = controller.Earliest(requeue, degradedAfter-bad)
 		return qnv1alpha1.HealthHealthy
 	}
 
@@ -369,14 +350,14 @@ func assess(in Input) assessment {
 		if n.Name == "" {
 			what = "no Node carries its " + qnv1alpha1.NodeLabel + " label"
 		}
-		consider(state, ReasonNodeNotFound, fmt.Sprintf("%s since %s; Failed after %s", what, stamp(since), s.NodeFailedAfter))
+		consider(state, qnv1alpha1.ReasonNodeNotFound, fmt.Sprintf("%s since %s; Failed after %s", what, stamp(since), s.NodeFailedAfter))
 	case !n.Ready:
 		from := n.NotReadySince
 		if from.IsZero() || from.After(in.Now) {
 			from = since
 		}
 		state := byDuration(from, s.NodeDegradedAfter, s.NodeFailedAfter)
-		consider(state, ReasonNodeNotReady, fmt.Sprintf("node %s has not been Ready since %s%s; Degraded after %s, Failed after %s", n.Name, stamp(from), n.Why, s.NodeDegradedAfter, s.NodeFailedAfter))
+		consider(state, qnv1alpha1.ReasonNodeNotReady, fmt.Sprintf("node %s has not been Ready since %s%s; Degraded after %s, Failed after %s", n.Name, stamp(from), n.Why, s.NodeDegradedAfter, s.NodeFailedAfter))
 	}
 	if p := s.Probe; p != nil {
 		for _, port := range in.Signals.Ports {
@@ -387,7 +368,7 @@ func assess(in Input) assessment {
 			if port.ProbeFailures > p.MaxFailures {
 				state = qnv1alpha1.HealthFailed
 			}
-			consider(state, ReasonProbeFailing, fmt.Sprintf("port %s:%d on %s failed %s in a row (%s); Failed after more than %d",
+			consider(state, qnv1alpha1.ReasonProbeFailing, fmt.Sprintf("port %s:%d on %s failed %s in a row (%s); Failed after more than %d",
 				port.Name, port.Port, port.ProbeTarget, words.Count(port.ProbeFailures, "check"), port.ProbeError, p.MaxFailures))
 		}
 	}
@@ -397,7 +378,7 @@ func assess(in Input) assessment {
 				continue
 			}
 			state := byDuration(since, e.DegradedAfter, e.FailedAfter)
-			consider(state, ReasonEndpointsNotReady, fmt.Sprintf("port %s:%d has %d ready endpoints (needs %d) since %s; Failed after %s",
+			consider(state, qnv1alpha1.ReasonEndpointsNotReady, fmt.Sprintf("port %s:%d has %d ready endpoints (needs %d) since %s; Failed after %s",
 				port.Name, port.Port, port.ReadyEndpoints, e.MinReady, stamp(since), e.FailedAfter))
 		}
 	}
@@ -423,17 +404,6 @@ func healthyMessage(in Input) string {
 // durations, so that a message does not change, and cause a status write,
 // on every reconcile.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
-// earliest is the smaller positive of two waits (0 means none).
-func earliest(a, b time.Duration) time.Duration {
-	switch {
-	case b <= 0:
-		return a
-	case a <= 0 || b < a:
-		return b
-	}
-	return a
-}
 
 func timePtr(t time.Time) *metav1.Time {
 	v := metav1.NewTime(t)

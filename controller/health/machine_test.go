@@ -99,140 +99,140 @@ var transitions = map[string]struct {
 	want   want
 }{
 	"H1 a node not judged yet, every signal good, is Healthy": {
-		want: want{state: qnv1alpha1.HealthHealthy, reason: ReasonAllSignalsGood},
+		want: want{state: qnv1alpha1.HealthHealthy, reason: qnv1alpha1.ReasonAllSignalsGood},
 	},
 	"H2 a Node not Ready for less than node.degradedAfter leaves the node Healthy, looked at again when it would be Degraded": {
 		change: []func(*Input){unhealthyFor(0, qnv1alpha1.HealthHealthy), notReadySince(10 * time.Second)},
-		want:   want{state: qnv1alpha1.HealthHealthy, reason: ReasonAllSignalsGood, requeue: 20 * time.Second},
+		want:   want{state: qnv1alpha1.HealthHealthy, reason: qnv1alpha1.ReasonAllSignalsGood, requeue: 20 * time.Second},
 	},
 	"H3 a Node not Ready for node.degradedAfter makes a Healthy node Degraded": {
 		change: []func(*Input){notReadySince(30 * time.Second)},
-		want:   want{state: qnv1alpha1.HealthDegraded, reason: ReasonNodeNotReady, requeue: 4*time.Minute + 30*time.Second},
+		want:   want{state: qnv1alpha1.HealthDegraded, reason: qnv1alpha1.ReasonNodeNotReady, requeue: 4*time.Minute + 30*time.Second},
 	},
 	"H4 a port failing its check up to maxConsecutiveFailures times in a row makes a Healthy node Degraded": {
 		change: []func(*Input){func(in *Input) {
 			in.Signals.Ports[0].ProbeFailures, in.Signals.Ports[0].ProbeError = 3, "no answer within 1s"
 		}},
-		want: want{state: qnv1alpha1.HealthDegraded, reason: ReasonProbeFailing},
+		want: want{state: qnv1alpha1.HealthDegraded, reason: qnv1alpha1.ReasonProbeFailing},
 	},
 	"H5 a port with fewer than endpoints.minReady ready endpoints makes a Healthy node Degraded": {
 		change: []func(*Input){func(in *Input) { in.Signals.Ports[0].ReadyEndpoints = 0 }},
-		want:   want{state: qnv1alpha1.HealthDegraded, reason: ReasonEndpointsNotReady, requeue: 5 * time.Minute},
+		want:   want{state: qnv1alpha1.HealthDegraded, reason: qnv1alpha1.ReasonEndpointsNotReady, requeue: 5 * time.Minute},
 	},
 	"H6 a Node not found for node.degradedAfter makes the node Degraded": {
 		change: []func(*Input){unhealthyFor(0, qnv1alpha1.HealthHealthy), func(in *Input) {
 			in.Settings.NodeDegradedAfter = 0
 			in.Signals.Node = NodeSignal{Name: "worker-1"}
 		}},
-		want: want{state: qnv1alpha1.HealthDegraded, reason: ReasonNodeNotFound, requeue: 5 * time.Minute},
+		want: want{state: qnv1alpha1.HealthDegraded, reason: qnv1alpha1.ReasonNodeNotFound, requeue: 5 * time.Minute},
 	},
 	"H7 a Node not Ready for node.failedAfter makes a Degraded node Failed and starts Restart": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), notReadySince(5 * time.Minute)},
-		want:   want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
+		want:   want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
 	},
 	"H8 a port failing more than maxConsecutiveFailures checks in a row makes the node Failed and starts Restart": {
 		change: []func(*Input){unhealthyFor(30*time.Second, qnv1alpha1.HealthDegraded), func(in *Input) { in.Signals.Ports[0].ProbeFailures = 4 }},
-		want:   want{state: qnv1alpha1.HealthFailed, reason: ReasonProbeFailing, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
+		want:   want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonProbeFailing, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
 	},
 	"H9 a port without enough ready endpoints for endpoints.failedAfter makes the node Failed and starts Restart": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), func(in *Input) { in.Signals.Ports[0].ReadyEndpoints = 0 }},
-		want:   want{state: qnv1alpha1.HealthFailed, reason: ReasonEndpointsNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
+		want:   want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonEndpointsNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
 	},
 	"H10 a node first judged with a Node down for longer than node.failedAfter goes straight to Failed and starts Restart": {
 		change: []func(*Input){notReadySince(time.Hour)},
-		want:   want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
+		want:   want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
 	},
 	"H11 every signal good again makes a Degraded node Healthy": {
 		change: []func(*Input){unhealthyFor(time.Minute, qnv1alpha1.HealthDegraded)},
-		want:   want{state: qnv1alpha1.HealthHealthy, reason: ReasonAllSignalsGood},
+		want:   want{state: qnv1alpha1.HealthHealthy, reason: qnv1alpha1.ReasonAllSignalsGood},
 	},
 	"H12 a step within its timeout is waited for until the timeout": {
 		change: []func(*Input){unhealthyFor(6*time.Minute, qnv1alpha1.HealthFailed), notReadySince(6 * time.Minute),
 			running(step(qnv1alpha1.ActionRestart, 1, 30*time.Second, qnv1alpha1.ResultInProgress))},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, requeue: 90 * time.Second},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, requeue: 90 * time.Second},
 	},
 	"H13 every signal good while a step runs makes the node Healthy and the step Succeeded": {
 		change: []func(*Input){unhealthyFor(6*time.Minute, qnv1alpha1.HealthFailed),
 			running(step(qnv1alpha1.ActionRestart, 1, 30*time.Second, qnv1alpha1.ResultInProgress))},
-		want: want{state: qnv1alpha1.HealthHealthy, reason: ReasonAllSignalsGood, conclude: qnv1alpha1.ResultSucceeded},
+		want: want{state: qnv1alpha1.HealthHealthy, reason: qnv1alpha1.ReasonAllSignalsGood, conclude: qnv1alpha1.ResultSucceeded},
 	},
 	"H14 a step past its timeout with attempts left fails and starts its next attempt": {
 		change: []func(*Input){unhealthyFor(10*time.Minute, qnv1alpha1.HealthFailed), notReadySince(10 * time.Minute),
 			func(in *Input) { in.Settings.Ladder.Steps[0].Attempts = 2 },
 			// As status holds it: the running step is also the newest entry.
 			history(step(qnv1alpha1.ActionRestart, 1, 2*time.Minute, qnv1alpha1.ResultInProgress))},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, conclude: qnv1alpha1.ResultFailed, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 2}, requeue: 2 * time.Minute},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, conclude: qnv1alpha1.ResultFailed, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 2}, requeue: 2 * time.Minute},
 	},
 	"H15 a step past its timeout with no attempt left fails and the next step starts": {
 		change: []func(*Input){unhealthyFor(10*time.Minute, qnv1alpha1.HealthFailed), notReadySince(10 * time.Minute),
 			history(step(qnv1alpha1.ActionRestart, 1, 2*time.Minute, qnv1alpha1.ResultInProgress))},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, conclude: qnv1alpha1.ResultFailed, start: &Start{Action: qnv1alpha1.ActionReschedule, Attempt: 1}, requeue: 5 * time.Minute},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, conclude: qnv1alpha1.ResultFailed, start: &Start{Action: qnv1alpha1.ActionReschedule, Attempt: 1}, requeue: 5 * time.Minute},
 	},
 	"H16 failedRestarts restarts failed within the isolation window make the node Isolated and stop the ladder": {
 		change: []func(*Input){unhealthyFor(10*time.Minute, qnv1alpha1.HealthFailed), notReadySince(10 * time.Minute),
 			func(in *Input) { in.Settings.Ladder.Steps[0].Attempts = 2 },
 			history(step(qnv1alpha1.ActionRestart, 2, 2*time.Minute, qnv1alpha1.ResultInProgress),
 				step(qnv1alpha1.ActionRestart, 1, 4*time.Minute, qnv1alpha1.ResultFailed, 2*time.Minute))},
-		want: want{state: qnv1alpha1.HealthIsolated, reason: ReasonRestartsFailing, conclude: qnv1alpha1.ResultFailed},
+		want: want{state: qnv1alpha1.HealthIsolated, reason: qnv1alpha1.ReasonRestartsFailing, conclude: qnv1alpha1.ResultFailed},
 	},
 	"H17 restarts that failed longer ago than the isolation window do not isolate": {
 		change: []func(*Input){unhealthyFor(10*time.Minute, qnv1alpha1.HealthFailed), notReadySince(10 * time.Minute),
 			func(in *Input) { in.Settings.Ladder.Steps[0].Attempts = 3 },
 			history(step(qnv1alpha1.ActionRestart, 2, 8*time.Minute, qnv1alpha1.ResultFailed, 6*time.Minute),
 				step(qnv1alpha1.ActionRestart, 1, 10*time.Minute, qnv1alpha1.ResultFailed, 8*time.Minute))},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 3}, requeue: 2 * time.Minute},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 3}, requeue: 2 * time.Minute},
 	},
 	"H18 the last step past its timeout makes the node Isolated": {
 		change: []func(*Input){unhealthyFor(time.Hour, qnv1alpha1.HealthFailed), notReadySince(time.Hour),
 			history(step(qnv1alpha1.ActionRebuild, 1, 10*time.Minute, qnv1alpha1.ResultInProgress),
 				step(qnv1alpha1.ActionReschedule, 1, 15*time.Minute, qnv1alpha1.ResultFailed, 10*time.Minute),
 				step(qnv1alpha1.ActionRestart, 1, 17*time.Minute, qnv1alpha1.ResultFailed, 15*time.Minute))},
-		want: want{state: qnv1alpha1.HealthIsolated, reason: ReasonLadderExhausted, conclude: qnv1alpha1.ResultFailed},
+		want: want{state: qnv1alpha1.HealthIsolated, reason: qnv1alpha1.ReasonLadderExhausted, conclude: qnv1alpha1.ResultFailed},
 	},
 	"H19 more than maxUnhealthy unhealthy nodes stop a Failed node's step": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), notReadySince(5 * time.Minute),
 			guard(Guard{TooManyUnhealthy: "6 of 10 selected nodes are unhealthy, more than maxUnhealthy 40% (4)"})},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, blocked: true, requeue: blockedRetry},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, blocked: true, requeue: blockedRetry},
 	},
 	"H20 a pause annotation stops a Failed node's step": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), notReadySince(5 * time.Minute),
 			guard(Guard{Paused: "paused by annotation qn.dev/pause-remediation: maintenance"})},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, blocked: true, requeue: blockedRetry},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, blocked: true, requeue: blockedRetry},
 	},
 	"H21 maxInFlight steps already running hold a Failed node's step back": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), notReadySince(5 * time.Minute),
 			guard(Guard{NoSlot: "1 of maxInFlight 1 remediations is running"})},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, blocked: true, requeue: blockedRetry},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, blocked: true, requeue: blockedRetry},
 	},
 	"H22 in dry run a Failed node's step is recorded, not done": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), notReadySince(5 * time.Minute),
 			func(in *Input) { in.Settings.Ladder.DryRun = true }},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1, DryRun: true}, requeue: 2 * time.Minute},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1, DryRun: true}, requeue: 2 * time.Minute},
 	},
 	"H23 without remediation in the policy a Failed node is only reported": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), notReadySince(5 * time.Minute),
 			func(in *Input) { in.Settings.Ladder = Ladder{} }},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady},
 	},
 	"H24 an Isolated node with a signal still bad stays Isolated and nothing is done": {
 		change: []func(*Input){unhealthyFor(time.Hour, qnv1alpha1.HealthIsolated), notReadySince(time.Hour),
-			func(in *Input) { in.Reason = ReasonRestartsFailing }},
-		want: want{state: qnv1alpha1.HealthIsolated, reason: ReasonRestartsFailing},
+			func(in *Input) { in.Reason = qnv1alpha1.ReasonRestartsFailing }},
+		want: want{state: qnv1alpha1.HealthIsolated, reason: qnv1alpha1.ReasonRestartsFailing},
 	},
 	"H25 every signal good again makes an Isolated node Healthy": {
 		change: []func(*Input){unhealthyFor(time.Hour, qnv1alpha1.HealthIsolated)},
-		want:   want{state: qnv1alpha1.HealthHealthy, reason: ReasonAllSignalsGood},
+		want:   want{state: qnv1alpha1.HealthHealthy, reason: qnv1alpha1.ReasonAllSignalsGood},
 	},
 	"H26 a step the policy no longer has is abandoned and the ladder goes on": {
 		change: []func(*Input){unhealthyFor(10*time.Minute, qnv1alpha1.HealthFailed), notReadySince(10 * time.Minute),
 			func(in *Input) { in.Settings.Ladder.Steps = in.Settings.Ladder.Steps[1:] },
 			running(step(qnv1alpha1.ActionRestart, 1, 30*time.Second, qnv1alpha1.ResultInProgress))},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, conclude: qnv1alpha1.ResultAbandoned, start: &Start{Action: qnv1alpha1.ActionReschedule, Attempt: 1}, requeue: 5 * time.Minute},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, conclude: qnv1alpha1.ResultAbandoned, start: &Start{Action: qnv1alpha1.ActionReschedule, Attempt: 1}, requeue: 5 * time.Minute},
 	},
 	"H27 steps of an earlier unhealthy episode do not count: a new episode climbs from Restart": {
 		change: []func(*Input){unhealthyFor(5*time.Minute, qnv1alpha1.HealthDegraded), notReadySince(5 * time.Minute),
 			history(step(qnv1alpha1.ActionRestart, 1, 2*time.Hour, qnv1alpha1.ResultSucceeded, 119*time.Minute))},
-		want: want{state: qnv1alpha1.HealthFailed, reason: ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
+		want: want{state: qnv1alpha1.HealthFailed, reason: qnv1alpha1.ReasonNodeNotReady, start: &Start{Action: qnv1alpha1.ActionRestart, Attempt: 1}, requeue: 2 * time.Minute},
 	},
 }
 

@@ -192,19 +192,6 @@ func (b *Books) seed(ctx context.Context, policies []health.Selector) error {
 	return nil
 }
 
-// QuantumNodeLabelIndex is the field index of Pods and ControllerRevisions
-// by their qn.dev/quantumnode label, so a node's serving Pods and
-// revisions are a lookup, not a pass over their namespace.
-const QuantumNodeLabelIndex = "qn.dev/quantumnodeLabel"
-
-// QuantumNodeLabelOf is the index function of QuantumNodeLabelIndex.
-func QuantumNodeLabelOf(obj client.Object) []string {
-	if v := obj.GetLabels()[qnv1alpha1.LabelQuantumNode]; v != "" {
-		return []string{v}
-	}
-	return nil
-}
-
 // InFlightIndex is the field index of QuantumNodes whose remediation step
 // is in flight ("true"), so seeding reads only those.
 const InFlightIndex = "qn.dev/remediationInFlight"

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
+	"github.com/quantumnode/qn-admission/controller"
 )
 
 // Cluster API's annotations on a Node it manages, naming its Machine.
@@ -73,7 +74,7 @@ func (r Report) Message() string {
 // all), and not already terminating, by name.
 func (e *Effects) ServingPods(ctx context.Context, qn *qnv1alpha1.QuantumNode, nodeName string, before time.Time) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := e.Client.List(ctx, pods, client.InNamespace(qn.Namespace), client.MatchingFields{QuantumNodeLabelIndex: qn.Name}); err != nil {
+	if err := e.Client.List(ctx, pods, client.InNamespace(qn.Namespace), client.MatchingFields{controller.QuantumNodeLabelIndex: qn.Name}); err != nil {
 		return nil, fmt.Errorf("list the Pods serving QuantumNode %s/%s: %w", qn.Namespace, qn.Name, err)
 	}
 	var out []corev1.Pod

@@ -10,23 +10,6 @@ import (
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 )
 
-// Reasons of the Progressing condition, and event reasons.
-const (
-	// ReasonRevisionReady: the current revision is Ready.
-	ReasonRevisionReady = "RevisionReady"
-	// ReasonRevisionProgressing: the current revision is not Ready yet,
-	// within its deadline.
-	ReasonRevisionProgressing = "RevisionProgressing"
-	// ReasonProgressDeadlineExceeded: it was not Ready within
-	// spec.progressDeadlineSeconds.
-	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
-	// EventRollbackTriggered: a rollback was triggered (performed or only
-	// reported); the note carries its id, trigger and revisions.
-	EventRollbackTriggered = "RollbackTriggered"
-	// EventRollbackFailed: the rollback's write was refused.
-	EventRollbackFailed = "RollbackFailed"
-)
-
 // ProgressInput is what Progress judges.
 type ProgressInput struct {
 	Now time.Time
@@ -80,28 +63,28 @@ func Progress(in ProgressInput) ProgressOutcome {
 	out := ProgressOutcome{Condition: metav1.Condition{Type: qnv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue}}
 	if in.IsReady {
 		st.ReadyRevision = in.Current.Name
-		out.Condition.Reason = ReasonRevisionReady
+		out.Condition.Reason = qnv1alpha1.ReasonRevisionReady
 		out.Condition.Message = fmt.Sprintf("revision %d is Ready", in.Current.Number)
 		out.Status = st
 		return out
 	}
 	deadline := st.StartedAt.Add(in.Deadline)
 	if in.Now.Before(deadline) {
-		out.Condition.Reason = ReasonRevisionProgressing
+		out.Condition.Reason = qnv1alpha1.ReasonRevisionProgressing
 		out.Condition.Message = fmt.Sprintf("revision %d is not Ready yet (%s); its deadline is %s", in.Current.Number, in.Why, deadline.UTC().Format(time.RFC3339))
 		out.RequeueAfter = deadline.Sub(in.Now)
 		out.Status = st
 		return out
 	}
 	out.Condition.Status = metav1.ConditionFalse
-	out.Condition.Reason = ReasonProgressDeadlineExceeded
+	out.Condition.Reason = qnv1alpha1.ReasonProgressDeadlineExceeded
 	out.Condition.Message = fmt.Sprintf("revision %d was not Ready within %s (%s)", in.Current.Number, in.Deadline, in.Why)
 	id := rollbackID(in.UID, in.Current.Name, st.StartedAt.Time)
 	if st.LastRollback == nil || st.LastRollback.ID != id {
 		rb := &qnv1alpha1.RollbackRecord{
 			ID:           id,
 			FromRevision: in.Current.Number,
-			Trigger:      fmt.Sprintf("%s: %s", ReasonProgressDeadlineExceeded, out.Condition.Message),
+			Trigger:      fmt.Sprintf("%s: %s", qnv1alpha1.ReasonProgressDeadlineExceeded, out.Condition.Message),
 			At:           metav1.NewTime(in.Now.Truncate(time.Second)),
 		}
 		if in.Ready != nil && in.Ready.Name != in.Current.Name {

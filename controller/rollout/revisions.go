@@ -1,7 +1,11 @@
 // Package rollout keeps a QuantumNode's spec history as ControllerRevisions,
 // judges whether the latest revision became Ready within its progress
 // deadline, and rolls a spec back to an earlier revision, for the
-// controller (automatic rollback) and for `qnctl rollout` alike.
+// controller (automatic rollback) and for `qnctl rollout` alike. The
+// controller's side is the Follower, the step the QuantumNode reconcile
+// runs: it keeps the revisions, follows the current one, and applies and
+// records a rollback (follow.go); the decisions it reads are pure
+// (PlanRevisions, Progress).
 //
 // A revision holds the part of the spec that describes the node (hardware,
 // services, nodeName); the rollout settings themselves

@@ -104,7 +104,7 @@ func TestProgress(t *testing.T) {
 		in := base()
 		in.IsReady = true
 		out := Progress(in)
-		if out.Status.ReadyRevision != cur.Name || out.Condition.Reason != ReasonRevisionReady || out.Rollback != nil {
+		if out.Status.ReadyRevision != cur.Name || out.Condition.Reason != qnv1alpha1.ReasonRevisionReady || out.Rollback != nil {
 			t.Errorf("outcome %+v", out)
 		}
 	})
@@ -112,13 +112,13 @@ func TestProgress(t *testing.T) {
 		in := base()
 		in.Status.CurrentRevision = "edge-1-older"
 		out := Progress(in)
-		if !out.Status.StartedAt.Time.Equal(now) || out.Condition.Reason != ReasonRevisionProgressing || out.RequeueAfter != 10*time.Minute {
+		if !out.Status.StartedAt.Time.Equal(now) || out.Condition.Reason != qnv1alpha1.ReasonRevisionProgressing || out.RequeueAfter != 10*time.Minute {
 			t.Errorf("outcome %+v", out)
 		}
 	})
 	t.Run("past the deadline: ProgressDeadlineExceeded and one rollback to the ready revision", func(t *testing.T) {
 		out := Progress(base())
-		if out.Condition.Status != metav1.ConditionFalse || out.Condition.Reason != ReasonProgressDeadlineExceeded {
+		if out.Condition.Status != metav1.ConditionFalse || out.Condition.Reason != qnv1alpha1.ReasonProgressDeadlineExceeded {
 			t.Fatalf("condition %+v", out.Condition)
 		}
 		rb := out.Rollback
@@ -128,7 +128,7 @@ func TestProgress(t *testing.T) {
 		// The next look, with the record stored, triggers nothing more.
 		again := base()
 		again.Status = &out.Status
-		if out2 := Progress(again); out2.Rollback != nil || out2.Condition.Reason != ReasonProgressDeadlineExceeded {
+		if out2 := Progress(again); out2.Rollback != nil || out2.Condition.Reason != qnv1alpha1.ReasonProgressDeadlineExceeded {
 			t.Errorf("triggered again: %+v", out2.Rollback)
 		}
 	})

@@ -4,8 +4,10 @@
 // runs them until the context ends (Program.Start).
 //
 // It is the only place that knows every part, as cmd/qn-webhook/app is for
-// the webhook: controller/ reconciles, policies/ decides, internal/health
-// answers probes. cmd/qn-controller's main parses the flags and calls Run;
+// the webhook: controller/quantumnode reconciles QuantumNodes (running the
+// audit's, self-healing's and the rollout's steps), controller/roletable
+// keeps the role table's parameters, controller/scaler scales, policies/
+// decides, internal/health answers probes. cmd/qn-controller's main parses the flags and calls Run;
 // the chart tests parse the chart's arguments with the same Options. No
 // product package imports it.
 package app
@@ -31,6 +33,9 @@ import (
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/config/crd"
 	"github.com/quantumnode/qn-admission/controller"
+	"github.com/quantumnode/qn-admission/controller/audit"
+	"github.com/quantumnode/qn-admission/controller/quantumnode"
+	"github.com/quantumnode/qn-admission/controller/roletable"
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
@@ -209,7 +214,7 @@ func (p *Program) buildRoleTable(context.Context) error {
 	if o.RoleTable == "" {
 		return nil
 	}
-	s := &controller.RoleTableSync{
+	s := &roletable.Sync{
 		Name: o.RoleTable, Engine: p.Engine, Source: p.Policies.Name(), Client: p.Manager.GetClient(), Reader: p.Manager.GetAPIReader(),
 		PollInterval: o.PolicyPollInterval, Resync: o.RoleTableResync, Logger: p.Manager.GetLogger().WithName("roletable"),
 	}
@@ -223,7 +228,7 @@ func (p *Program) buildRoleTable(context.Context) error {
 // status, and (with the policies) the background audit.
 func (p *Program) buildQuantumNodes(ctx context.Context) error {
 	o := p.Options
-	r := &controller.Reconciler{
+	r := &quantumnode.Reconciler{
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		QuiescenceWindow:        o.QuiescenceWindow,
 		MaxRequeueDelay:         o.MaxRequeueDelay,
@@ -232,7 +237,7 @@ func (p *Program) buildQuantumNodes(ctx context.Context) error {
 	}
 	if p.Engine != nil && o.Audit {
 		r.Policies = p.Engine
-		r.Audit = &controller.AuditOptions{Interval: o.AuditInterval, Rate: o.AuditRate, Reports: o.PolicyReports}
+		r.Audit = &audit.Options{Interval: o.AuditInterval, Rate: o.AuditRate, Reports: o.PolicyReports}
 	}
 	return r.SetupWithManager(ctx, p.Manager)
 }
