@@ -39,14 +39,30 @@ func (e *Effects) Add(o Effects) {
 	e.After = append(e.After, o.After...)
 }
 
-// Run runs the effects' After in order, stopping at the first error.
-func (e *Effects) Run(ctx context.Context, qn *qnv1alpha1.QuantumNode) error {
+// Run runs the effects' After in order, stopping at the first error, and
+// returns the soonest look-again any of them asked for with LookAgain
+// (their wish comes after the reconcile's result was computed, so it
+// must travel back this way).
+func (e *Effects) Run(ctx context.Context, qn *qnv1alpha1.QuantumNode) (time.Duration, error) {
+	wish := new(time.Duration)
+	ctx = context.WithValue(ctx, lookAgainKey{}, wish)
 	for _, f := range e.After {
 		if err := f(ctx, qn); err != nil {
-			return err
+			return *wish, err
 		}
 	}
-	return nil
+	return *wish, nil
+}
+
+type lookAgainKey struct{}
+
+// LookAgain asks, from inside an After, that the reconcile look at the
+// node again after d at the latest: e.g. an eviction a
+// PodDisruptionBudget refused is tried again.
+func LookAgain(ctx context.Context, d time.Duration) {
+	if wish, ok := ctx.Value(lookAgainKey{}).(*time.Duration); ok {
+		*wish = Earliest(*wish, d)
+	}
 }
 
 // Earliest is the sooner of two waits, where a wait of 0 or less is none.

@@ -234,7 +234,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, qn *qnv1alpha1.QuantumNode
 	logger := log.FromContext(ctx)
 	result := ctrl.Result{RequeueAfter: fx.RequeueAfter}
 	if equality.Semantic.DeepEqual(qn.Status, status) {
-		return result, fx.Run(ctx, qn)
+		return runEffects(ctx, result, fx, qn)
 	}
 	if wait, held := r.quiet.hold(qn, now); held && !fx.Urgent {
 		logger.V(1).Info("status change held until the QuantumNode is quiescent", "after", wait)
@@ -267,7 +267,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, qn *qnv1alpha1.QuantumNode
 		r.recordTransition(updated, from, to)
 		logger.Info("phase changed", "from", from, "to", to, "reason", readyCondition(status).Reason)
 	}
-	return result, fx.Run(ctx, updated)
+	return runEffects(ctx, result, fx, updated)
+}
+
+// runEffects runs the steps' effects on the stored QuantumNode; a
+// look-again they ask for joins the result.
+func runEffects(ctx context.Context, result ctrl.Result, fx controller.Effects, qn *qnv1alpha1.QuantumNode) (ctrl.Result, error) {
+	again, err := fx.Run(ctx, qn)
+	result.RequeueAfter = controller.Earliest(result.RequeueAfter, again)
+	return result, err
 }
 
 // recordTransition emits one event per phase change, after the status write

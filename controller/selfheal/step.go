@@ -382,7 +382,9 @@ func (s *Step) act(ctx context.Context, qn *qnv1alpha1.QuantumNode, node *corev1
 	}
 	if report.Pending != "" {
 		s.recorder.Eventf(qn, nil, corev1.EventTypeWarning, qnv1alpha1.EventRemediationPending, "Remediate", "%s", report.Message())
-		h.fx.Requeue(5 * time.Second)
+		// act runs after the status write: its wish travels back through
+		// the context (h.fx was already joined into the reconcile's).
+		controller.LookAgain(ctx, 5*time.Second)
 	} else if report.Acted {
 		s.recorder.Eventf(qn, nil, corev1.EventTypeNormal, qnv1alpha1.EventRemediationStarted, "Remediate", "%s %d: %s", step.Action, step.Attempt, report.Done)
 	}
