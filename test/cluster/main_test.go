@@ -41,9 +41,11 @@ type installed struct {
 	Version string
 	// Notes is what helm install printed (NOTES.txt).
 	Notes string
-	// WebhookCA verifies the webhook's serving certificate.
-	WebhookCA []byte
-	timings   []string
+	// WebhookCA verifies the webhook's serving certificate; webhookIssuer
+	// signs new pairs (a rotation).
+	WebhookCA     []byte
+	webhookIssuer *nodecluster.CA
+	timings       []string
 }
 
 const (
@@ -187,13 +189,11 @@ func (s *installed) webhookSecret(ctx context.Context) (caBundle string, err err
 	if err != nil {
 		return "", err
 	}
-	service := releaseName + "-webhook"
-	pair, err := ca.Issue(nodecluster.CertRequest{CommonName: service + "." + releaseNamespace + ".svc",
-		DNSNames: []string{service + "." + releaseNamespace + ".svc", service + "." + releaseNamespace + ".svc.cluster.local"}})
+	s.WebhookCA, s.webhookIssuer = ca.CertPEM, ca
+	pair, err := s.webhookPair()
 	if err != nil {
 		return "", err
 	}
-	s.WebhookCA = ca.CertPEM
 	if _, err := s.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}, metav1.CreateOptions{}); err != nil {
 		return "", err
 	}
@@ -206,3 +206,9 @@ func (s *installed) webhookSecret(ctx context.Context) (caBundle string, err err
 }
 
 const webhookSecretName = "qn-admission-webhook-tls"
+
+// webhookPair is a new serving pair for the webhook's Service name.
+func (s *installed) webhookPair() (nodecluster.Pair, error) {
+	service := releaseName + "-webhook." + releaseNamespace + ".svc"
+	return s.webhookIssuer.Issue(nodecluster.CertRequest{CommonName: service, DNSNames: []string{service, service + ".cluster.local"}})
+}

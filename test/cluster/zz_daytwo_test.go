@@ -1,0 +1,351 @@
+package cluster
+
+// This file's name sorts last: its test upgrades, rolls back and finally
+// uninstalls the suite's release, so it runs after every test that reads
+// the release as installed.
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
+	"github.com/quantumnode/qn-admission/test/harness/nodecluster"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	chartrender "github.com/quantumnode/qn-admission/test/chart"
+)
+
+// Day two under a steady writer: each operation an operator performs on
+// the installed release (a Pod lost, an upgrade, a certificate rotation,
+// Redis restarted, a node drained, a rollback, a broken policy push, the
+// uninstall) while about 20 QuantumNode writes a second go through the API
+// server. Not one write may fail.
+func TestDayTwoWithoutAFailedWrite(t *testing.T) {
+	s := cluster(t)
+	s.namespace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := newWriter(t, s, 4, 20)
+	done := make(chan struct{})
+	go func() { w.run(ctx); close(done) }()
+	stopWriter := func() {
+		cancel()
+		<-done
+	}
+	defer stopWriter()
+	settle := func() { time.Sleep(5 * time.Second) }
+	settle()
+
+	phase := func(name string, do func(t *testing.T)) {
+		w.startPhase(name)
+		start := time.Now()
+		do(t)
+		settle()
+		t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
+	}
+
+	phase("delete a webhook Pod", func(t *testing.T) {
+		pods := s.webhookPods(t)
+		if err := s.Kube.CoreV1().Pods(releaseNamespace).Delete(context.Background(), pods[0].Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.waitWebhookReplicas(t, 2, pods[0].Name)
+	})
+	phase("helm upgrade (rolls every Pod)", func(t *testing.T) {
+		s.upgrade(t, map[string]any{
+			"webhook":    map[string]any{"podAnnotations": map[string]any{"day-two": "upgrade"}},
+			"controller": map[string]any{"podAnnotations": map[string]any{"day-two": "upgrade"}},
+		})
+	})
+	phase("rotate the serving certificate", func(t *testing.T) {
+		s.rotateServingCertificate(t)
+	})
+	phase("restart Redis", func(t *testing.T) {
+		pods, err := s.Kube.CoreV1().Pods(releaseNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=redis"})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("the Redis Pod: %v (%d found)", err, len(pods.Items))
+		}
+		old := pods.Items[0].Name
+		if err := s.Kube.CoreV1().Pods(releaseNamespace).Delete(context.Background(), old, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		harness.WaitFor(t, 2*time.Minute, "a new Redis Pod ready", func() error {
+			pods, err := s.Kube.CoreV1().Pods(releaseNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=redis"})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if p.Name != old && podReady(p) {
+					return nil
+				}
+			}
+			return fmt.Errorf("not yet")
+		})
+		harness.WaitFor(t, 2*time.Minute, "every replica counts in Redis again", func() error {
+			for _, p := range s.webhookPods(t) {
+				if line := firstLine(s.readiness(p), "windows"); strings.Contains(line, "DOWN") {
+					return fmt.Errorf("%s: %s", p.Name, line)
+				}
+			}
+			return nil
+		})
+	})
+	phase("drain the node's webhook Pods", func(t *testing.T) {
+		s.drainWebhook(t)
+	})
+	phase("helm rollback to revision 1", func(t *testing.T) {
+		cfg, err := s.helmConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb := action.NewRollback(cfg)
+		rb.Version, rb.Wait, rb.Timeout = 1, true, 5*time.Minute
+		if err := rb.Run(releaseName); err != nil {
+			t.Fatalf("helm rollback: %v\n%s", err, s.podReport(context.Background()))
+		}
+	})
+	phase("broken policy push", func(t *testing.T) {
+		s.pushBrokenPolicy(t)
+	})
+	phase("helm uninstall", func(t *testing.T) {
+		s.uninstall(t)
+	})
+	stopWriter()
+	report, failed := w.report()
+	t.Logf("steady writer, 4 users, 20 writes/s:\n%s", report)
+	if failed > 0 {
+		t.Errorf("%d writes failed", failed)
+	}
+}
+
+func firstLine(s, containing string) string {
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, containing) {
+			return line
+		}
+	}
+	return s
+}
+
+// waitWebhookReplicas waits until want webhook Pods are ready, none of them
+// named gone.
+func (s *installed) waitWebhookReplicas(t *testing.T, want int, gone ...string) {
+	t.Helper()
+	harness.WaitFor(t, 3*time.Minute, fmt.Sprintf("%d webhook Pods ready", want), func() error {
+		ready := 0
+		for _, p := range s.webhookPods(t) {
+			for _, g := range gone {
+				if p.Name == g {
+					return fmt.Errorf("%s still running", g)
+				}
+			}
+			if p.DeletionTimestamp == nil && podReady(p) {
+				ready++
+			}
+		}
+		if ready != want {
+			return fmt.Errorf("%d ready", ready)
+		}
+		return nil
+	})
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// upgrade is `helm upgrade --reuse-values --wait` with more values.
+func (s *installed) upgrade(t *testing.T, values map[string]any) {
+	t.Helper()
+	cfg, err := s.helmConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := loader.LoadDir(chartrender.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.ReuseValues, up.Wait, up.Timeout = releaseNamespace, true, true, 5*time.Minute
+	if _, err := up.RunWithContext(context.Background(), releaseName, ch, values); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, s.podReport(context.Background()))
+	}
+}
+
+// rotateServingCertificate replaces the Secret's pair with a new one from
+// the same CA, as a renewal does, and waits until every replica serves it.
+func (s *installed) rotateServingCertificate(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	pair, err := s.webhookPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := s.Kube.CoreV1().Secrets(releaseNamespace).Get(ctx, webhookSecretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey] = pair.CertPEM, pair.KeyPEM
+	if _, err := s.Kube.CoreV1().Secrets(releaseNamespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := certSerial(pair.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(s.WebhookCA)
+	// The kubelet refreshes a Secret volume within about a minute; the
+	// webhook reloads on the file change.
+	harness.WaitFor(t, 3*time.Minute, "every replica serves the new certificate", func() error {
+		for _, p := range s.webhookPods(t) {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", net.JoinHostPort(p.Status.PodIP, "8443"),
+				&tls.Config{RootCAs: roots, ServerName: releaseName + "-webhook." + releaseNamespace + ".svc"})
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.Name, err)
+			}
+			got := conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+			conn.Close()
+			if got != want {
+				return fmt.Errorf("%s serves serial %s, not %s", p.Name, got, want)
+			}
+		}
+		return nil
+	})
+}
+
+func certSerial(certPEM []byte) (string, error) {
+	block, _ := pemDecode(certPEM)
+	if block == nil {
+		return "", fmt.Errorf("no PEM certificate")
+	}
+	c, err := x509.ParseCertificate(block)
+	if err != nil {
+		return "", err
+	}
+	return c.SerialNumber.String(), nil
+}
+
+// drainWebhook cordons the node and evicts the webhook Pods through the
+// Eviction API, as kubectl drain does: the first goes, the second is
+// refused by the PodDisruptionBudget while its replacement cannot be
+// scheduled on the cordoned node; uncordoned, both are back.
+func (s *installed) drainWebhook(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	cordon := func(on bool) {
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+		if _, err := s.Kube.CoreV1().Nodes().Patch(ctx, nodecluster.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cordon(true)
+	defer cordon(false)
+	pods := s.webhookPods(t)
+	evict := func(p corev1.Pod) error {
+		return s.Kube.PolicyV1().Evictions(releaseNamespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+	}
+	if err := evict(pods[0]); err != nil {
+		t.Fatalf("evict %s with 2 healthy replicas: %v", pods[0].Name, err)
+	}
+	harness.WaitFor(t, time.Minute, "the PodDisruptionBudget refuses the second eviction", func() error {
+		err := evict(pods[1])
+		if err == nil {
+			return fmt.Errorf("%s evicted while the other replica cannot run", pods[1].Name)
+		}
+		if !apierrors.IsTooManyRequests(err) {
+			return fmt.Errorf("evict %s: %v", pods[1].Name, err)
+		}
+		return nil
+	})
+	cordon(false)
+	s.waitWebhookReplicas(t, 2, pods[0].Name)
+}
+
+// pushBrokenPolicy moves the release to a policy ConfigMap (a rollout),
+// then breaks a file in it as a careless push would: every replica keeps
+// serving the last good set and says so.
+func (s *installed) pushBrokenPolicy(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	s.upgrade(t, map[string]any{"policies": map[string]any{"source": "configMap"}})
+	cms, err := s.Kube.CoreV1().ConfigMaps(releaseNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	for _, cm := range cms.Items {
+		if _, ok := cm.Data["roles.yaml"]; ok {
+			name = cm.Name
+		}
+	}
+	if name == "" {
+		t.Fatal("no policy ConfigMap after policies.source=configMap")
+	}
+	patch := `{"data":{"broken.rego":"package qn.broken\n\ndeny contains msg if {\n"}}`
+	if _, err := s.Kube.CoreV1().ConfigMaps(releaseNamespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 3*time.Minute, "every replica keeps the last good set and says why", func() error {
+		for _, p := range s.webhookPods(t) {
+			if r := s.readiness(p); !strings.Contains(r, "broken.rego") {
+				return fmt.Errorf("%s", firstLine(r, "policies"))
+			}
+		}
+		return nil
+	})
+}
+
+// uninstall is `helm uninstall --wait`; afterwards nothing of the release
+// judges or blocks a QuantumNode write.
+func (s *installed) uninstall(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := s.helmConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	un := action.NewUninstall(cfg)
+	un.Wait, un.Timeout = true, 3*time.Minute
+	if _, err := un.Run(releaseName); err != nil {
+		t.Fatalf("helm uninstall: %v", err)
+	}
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + releaseName}
+	vwc, _ := s.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, sel)
+	mwc, _ := s.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
+	vap, _ := s.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, sel)
+	vapb, _ := s.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, sel)
+	if n := len(vwc.Items) + len(mwc.Items) + len(vap.Items) + len(vapb.Items); n > 0 {
+		t.Errorf("after uninstall, %d webhook configurations or admission policies remain", n)
+	}
+	// The CRDs stay (Helm never deletes crds/), and with them the stored
+	// QuantumNodes: a write still succeeds, unjudged.
+	if _, err := s.Dynamic.Resource(harness.QuantumNodes).Namespace(testNamespace).Create(ctx, quantumNode("after-uninstall", nil, nil), metav1.CreateOptions{}); err != nil {
+		t.Errorf("a QuantumNode write after uninstall: %v", err)
+	}
+}
+
+func pemDecode(b []byte) ([]byte, []byte) {
+	block, rest := pem.Decode(b)
+	if block == nil {
+		return nil, rest
+	}
+	return block.Bytes, rest
+}
