@@ -74,8 +74,18 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 	// apiserver's webhook client is served well by keep-alive HTTP/1.1.
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
+	// While the process stops, every answer says Connection: close, so a
+	// caller's kept-alive connection ends cleanly with its next answer.
+	var leaving atomic.Bool
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if leaving.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		s.Handler.ServeHTTP(w, r)
+	})
+	var open atomic.Int64
 	admission := &http.Server{
-		Handler:           s.Handler,
+		Handler:           handler,
 		TLSConfig:         s.TLSConfig,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -85,8 +95,16 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          newThrottledErrorLog(s.Logger, serverLogBurst, serverLogInterval),
 	}
-	if pool != nil {
-		admission.ConnState = pool.connState
+	admission.ConnState = func(c net.Conn, state http.ConnState) {
+		switch state {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+		if pool != nil {
+			pool.connState(c, state)
+		}
 	}
 	probes := health.NewHandler(health.Options{Registerer: s.Registry, Gatherer: s.Registry, Checks: checks, Profiling: s.Profiling})
 	probe := &http.Server{Handler: probes, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
@@ -103,11 +121,14 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 	case <-ctx.Done():
 	case runErr = <-errs:
 	}
-	// Stop advertising readiness first, then drain what is in flight.
+	// Stop advertising readiness first, then let callers leave, then drain
+	// what is in flight.
 	draining.Store(true)
 	s.Logger.Info("shutting down: draining in-flight admission requests", "gracePeriod", s.GracePeriod.String())
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.GracePeriod)
 	defer cancel()
+	leaving.Store(true)
+	waitForCallersToLeave(shutdownCtx, &open, callersLeaveWait(s.GracePeriod))
 	if err := admission.Shutdown(shutdownCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("drain admission requests: %w", err))
 	}
@@ -116,6 +137,35 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 	}
 	s.Logger.Info("stopped")
 	return runErr
+}
+
+// callersLeaveWait is how long, once the process is told to stop, answers
+// say Connection: close before the connections still open are closed:
+// half the grace period, at most 5 s. Closing a kept-alive connection
+// that is idle races a caller that sends on it at that moment: the API
+// server's POST then fails with EOF and is not retried, a failed write
+// with failurePolicy Fail. A caller whose connection ended with an
+// answer's Connection: close dials again, to a replica still serving.
+func callersLeaveWait(grace time.Duration) time.Duration {
+	return min(grace/2, 5*time.Second)
+}
+
+// waitForCallersToLeave returns once no admission connection is open, wait
+// has passed, or ctx ends.
+func waitForCallersToLeave(ctx context.Context, open *atomic.Int64, wait time.Duration) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for open.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // MaxHeaderBytes caps the request headers the servers read (431 above).

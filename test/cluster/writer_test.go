@@ -33,6 +33,8 @@ type writer struct {
 	failed  []string
 	live    []string // QuantumNodes created and not yet deleted
 	seq     int
+	// judged is false once the release is being uninstalled.
+	judged bool
 }
 
 // phaseResult counts one phase's writes.
@@ -52,7 +54,7 @@ func (r *phaseResult) p99() time.Duration {
 
 func newWriter(t *testing.T, s *installed, users, rate int) *writer {
 	t.Helper()
-	w := &writer{rate: rate, results: map[string]*phaseResult{}}
+	w := &writer{rate: rate, results: map[string]*phaseResult{}, judged: true}
 	for i := 0; i < users; i++ {
 		cfg := rest.CopyConfig(s.Config)
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("steady-writer-%d", i), Groups: []string{"system:masters"}}
@@ -65,6 +67,14 @@ func newWriter(t *testing.T, s *installed, users, rate int) *writer {
 	}
 	w.startPhase("quiet")
 	return w
+}
+
+// unjudged says the release is going: a write it would have refused may
+// now be admitted.
+func (w *writer) unjudged() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.judged = false
 }
 
 func (w *writer) startPhase(name string) {
@@ -145,6 +155,9 @@ func (w *writer) one() {
 		if op == "create" {
 			w.live = append(w.live, name)
 		}
+	case op == "refused create" && err == nil && !w.judged:
+		// After uninstall nothing judges: admitted, as Helm users expect.
+		r.admitted++
 	case op == "update" && apierrors.IsNotFound(err):
 		// Deleted by a delete of this writer in flight: not the webhook's.
 		r.admitted++

@@ -120,6 +120,7 @@ func TestDayTwoWithoutAFailedWrite(t *testing.T) {
 		s.pushBrokenPolicy(t)
 	})
 	phase("helm uninstall", func(t *testing.T) {
+		w.unjudged()
 		s.uninstall(t)
 	})
 	stopWriter()

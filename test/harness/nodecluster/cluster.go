@@ -416,6 +416,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 protectKernelDefaults: false
+# Mounted Secrets and ConfigMaps follow their objects within ~10 s (a
+# rotated certificate, a policy push), not the default minute.
+syncFrequency: 10s
 `, os.Getenv(cgroupRootEnv), c.ctrSocket, c.path("pki", "ca.crt"), NodeIP, resolv, c.path("pod-logs"))
 	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(kubeletConfig), 0o600); err != nil {
 		return err
