@@ -2,11 +2,13 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -108,6 +110,13 @@ type HandlerOptions struct {
 	// it holds under MaxRequestBytesInFlight within about a second. 0:
 	// RequestBodyTimeout alone.
 	MinRequestBodyRate int64
+	// AnswerWriteTimeout bounds how long an answer may take to leave, from
+	// when it begins to be written: a caller that does not read its
+	// answers has its connection closed then, and the answer counted in
+	// Stalls. Default DefaultAnswerWriteTimeout.
+	AnswerWriteTimeout time.Duration
+	// Stalls, when set, counts the answers cut by AnswerWriteTimeout.
+	Stalls *Stalls
 	// KnownRole reports whether a role is one of the policy set's, so that
 	// only known roles become metric labels (the rest count as "unknown").
 	// Default: the roles of the Engine's current set when the Decider is a
@@ -168,6 +177,9 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	opts.MaxRequestBytesInFlight = max(opts.MaxRequestBytesInFlight, opts.MaxRequestBytes)
 	if opts.RequestBodyTimeout <= 0 {
 		opts.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if opts.AnswerWriteTimeout <= 0 {
+		opts.AnswerWriteTimeout = DefaultAnswerWriteTimeout
 	}
 	if opts.KnownRole == nil {
 		opts.KnownRole = knownRoleOf(d)
@@ -333,10 +345,29 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			defer g.Dec()
 		}
 		tr := h.startTrace(c.Request, webhook)
+		rc := http.NewResponseController(c.Writer)
+		// release gives back the review slot once one is taken; it is
+		// given back before an answer is written, so a caller that does
+		// not read its answers holds no slot while the write waits.
+		var release func()
+		defer func() {
+			if release != nil {
+				release()
+			}
+		}()
 		refuse := func(reqErr *requestError) {
+			if release != nil {
+				release()
+				release = nil
+			}
 			d := policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message)
 			h.log(c.Request, webhook, nil, d, h.count(webhook, d, start))
-			writeRequestError(c.Writer, reqErr)
+			_ = rc.SetWriteDeadline(time.Now().Add(h.opts.AnswerWriteTimeout))
+			err := writeRequestError(c.Writer, reqErr)
+			if ferr := flushAnswer(c.Request, c.Writer); err == nil {
+				err = ferr
+			}
+			h.stalled(err)
 			tr.end(nil, d, reqErr.status)
 		}
 		if c.Request.ContentLength > h.opts.MaxRequestBytes {
@@ -355,7 +386,6 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		defer releaseBytes()
 		// A body that stalls is refused while the connection can still
 		// carry the answer (its write deadline is later).
-		rc := http.NewResponseController(c.Writer)
 		pace := &bodyPace{start: time.Now(), rate: h.opts.MinRequestBodyRate, set: rc.SetReadDeadline}
 		pace.deadline = pace.start.Add(h.opts.RequestBodyTimeout)
 		_ = rc.SetReadDeadline(pace.first())
@@ -370,7 +400,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		defer pooled.release()
 		// The body is read before a slot is taken, so a slow sender cannot
 		// hold one; decoding and evaluation, which cost memory, take one.
-		release, reqErr := h.acquire(c.Request.Context())
+		release, reqErr = h.acquire(c.Request.Context())
 		if reqErr != nil {
 			if reqErr.status == http.StatusTooManyRequests {
 				c.Header("Retry-After", "1")
@@ -378,7 +408,6 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			refuse(reqErr)
 			return
 		}
-		defer release()
 		step := tr.step("decode")
 		rev, objs, reqErr := decodeBody(body, h.opts.MaxRequestElements, h.decider)
 		endStep(step)
@@ -395,13 +424,27 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			}
 		}()
 		answer, in, d := answerDecoded(tr.ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
+		release()
+		release = nil
 		step = tr.step("encode")
-		writeReview(c.Writer, http.StatusOK, answer)
+		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.AnswerWriteTimeout))
+		err := writeReview(c.Writer, http.StatusOK, answer)
 		elapsed := h.count(webhook, d, start)
-		flushAnswer(c.Request, c.Writer)
+		if ferr := flushAnswer(c.Request, c.Writer); err == nil {
+			err = ferr
+		}
 		endStep(step)
+		h.stalled(err)
 		h.log(c.Request, webhook, in, d, elapsed)
 		tr.end(in, d, http.StatusOK)
+	}
+}
+
+// stalled counts an answer its caller did not take within the answer
+// write deadline; the server closes the connection after such an error.
+func (h *handler) stalled(err error) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		h.opts.Stalls.stalled(time.Now())
 	}
 }
 

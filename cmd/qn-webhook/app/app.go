@@ -385,12 +385,23 @@ func (p *Program) buildHandler(context.Context) error {
 	deciders := webhook.ByKind{Default: served, Kinds: map[schema.GroupKind]webhook.Decider{
 		qnv1alpha1.ScalerGroupVersionKind.GroupKind(): scalerspec.Validator{},
 	}}
+	// Answers their callers do not read are cut at their write deadline,
+	// counted, and shown to strict health.
+	stalls := &webhook.Stalls{}
+	strict, detail := stalls.Check(p.Options.AnswerWriteTimeout, nil)
+	p.Checks = append(p.Checks, health.Check{Name: "answers", Strict: strict, Detail: detail})
+	p.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "qn_admission_answers_stalled_total",
+		Help: "Answers their callers did not read within --answer-write-timeout; each connection was closed. They held no review slot.",
+	}, func() float64 { return float64(stalls.Total()) }))
 	p.Handler = webhook.NewHandler(deciders, webhook.HandlerOptions{
 		MaxRequestBytes:      p.Options.MaxRequestBytes,
 		MaxRequestElements:   p.Options.MaxRequestElements,
 		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,
 		RequestBodyTimeout:   p.Options.RequestBodyTimeout,
 		MinRequestBodyRate:   p.Options.MinRequestBodyRate,
+		AnswerWriteTimeout:   p.Options.AnswerWriteTimeout,
+		Stalls:               stalls,
 		Logger:               p.Logger,
 
 		MaxRequestBytesInFlight: p.Options.MaxRequestBytesInFlight,

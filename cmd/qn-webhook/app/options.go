@@ -97,6 +97,9 @@ type Options struct {
 	// then gets 429. 0 derives it from the memory limit
 	// (webhook.DefaultMaxRequestBytesInFlight).
 	MaxRequestBytesInFlight int64
+	// AnswerWriteTimeout bounds how long an answer may take to leave; a
+	// caller that does not read it has its connection closed.
+	AnswerWriteTimeout time.Duration
 	// ShutdownGracePeriod bounds how long in-flight requests may drain.
 	ShutdownGracePeriod time.Duration
 	// LogFormat is json or text.
@@ -167,6 +170,7 @@ func NewOptions() *Options {
 		HandshakeTimeout:         webhook.DefaultHandshakeTimeout,
 		RequestBodyTimeout:       webhook.DefaultRequestBodyTimeout,
 		MinRequestBodyRate:       webhook.DefaultMinRequestBodyRate,
+		AnswerWriteTimeout:       webhook.DefaultAnswerWriteTimeout,
 		ShutdownGracePeriod:      20 * time.Second,
 		LogFormat:                "json",
 		WindowStore:              WindowStoreMemory,
@@ -214,6 +218,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", o.RequestBodyTimeout, "How long a request body may take to arrive after its headers; a stalled body gets 400.")
 	fs.Int64Var(&o.MinRequestBodyRate, "min-request-body-rate", o.MinRequestBodyRate, "Bytes a second a request body must arrive at, on average, after its first second; a slower body gets 400, so a sender that declares a large body and trickles it cannot hold the room of --max-request-bytes-in-flight for long. 0: only --request-body-timeout.")
 	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "Most request bytes held at once, from the first byte read until the answer (bounds memory under large reviews); more wait up to 2s, then get 429. 0: a sixteenth of the Go memory limit, at least --max-request-bytes (4 times it without a limit).")
+	fs.DurationVar(&o.AnswerWriteTimeout, "answer-write-timeout", o.AnswerWriteTimeout, "How long an answer may take to leave once it is written; a caller that does not read it has its connection closed (qn_admission_answers_stalled_total, the strict answers check). Review slots are given back before answers are written.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
@@ -259,6 +264,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--handshake-timeout must be positive, got %s", o.HandshakeTimeout)
 	case o.RequestBodyTimeout <= 0:
 		return fmt.Errorf("--request-body-timeout must be positive, got %s", o.RequestBodyTimeout)
+	case o.AnswerWriteTimeout <= 0:
+		return fmt.Errorf("--answer-write-timeout must be positive, got %s", o.AnswerWriteTimeout)
 	case o.MinRequestBodyRate < 0:
 		return fmt.Errorf("--min-request-body-rate must be 0 (off) or positive, got %d", o.MinRequestBodyRate)
 	case o.MaxRequestBytesInFlight < 0:
