@@ -244,15 +244,19 @@ func DefaultMaxRequestBytesInFlight(maxRequestBytes int64) int64 {
 	return 4 * maxRequestBytes
 }
 
-// reserveBytes takes room for a request's body under
-// MaxRequestBytesInFlight before a byte of it is read: its declared length,
-// or the largest accepted body when it declares none. It waits up to
-// ReviewSlotWait.
-func (h *handler) reserveBytes(r *http.Request) (release func(), err *requestError) {
-	n := h.opts.MaxRequestBytes
-	if r.ContentLength >= 0 && r.ContentLength < n {
-		n = max(r.ContentLength, 1)
-	}
+// bodyProofBytes is the most room a request holds before its body shows
+// it is coming: a body declared longer reserves this much, reads it, and
+// only then reserves the rest of its length. A sender that declares a
+// large body and sends nothing holds 4 KiB, not the budget (sixteen of
+// them, declaring 7 MiB each, turned most reviews into 429); all the
+// connections the cap admits hold 4 MiB at most that way, so the largest
+// review still finds room beside them. Bodies up to this length, which
+// are most reviews, reserve their length at once as before.
+const bodyProofBytes = minPooledBody
+
+// reserveBytes takes n bytes of room under MaxRequestBytesInFlight,
+// waiting up to ReviewSlotWait.
+func (h *handler) reserveBytes(r *http.Request, n int64) (release func(), err *requestError) {
 	if h.bytes.TryAcquire(n) {
 		return func() { h.bytes.Release(n) }, nil
 	}
@@ -265,9 +269,18 @@ func (h *handler) reserveBytes(r *http.Request) (release func(), err *requestErr
 		}
 		return nil, &requestError{status: http.StatusTooManyRequests, message: fmt.Sprintf(
 			"qn-webhook is overloaded: reviews holding %d MiB (its limit of request bytes in flight) left no room for this %d-byte request within %s; the apiserver applies the webhook's failurePolicy, retry shortly",
-			h.opts.MaxRequestBytesInFlight>>20, n, h.opts.ReviewSlotWait)}
+			h.opts.MaxRequestBytesInFlight>>20, reservedLength(r, h.opts.MaxRequestBytes), h.opts.ReviewSlotWait)}
 	}
 	return func() { h.bytes.Release(n) }, nil
+}
+
+// reservedLength is the room a request's body needs in all: its declared
+// length, or the largest accepted body when it declares none.
+func reservedLength(r *http.Request, maxBytes int64) int64 {
+	if r.ContentLength >= 0 && r.ContentLength < maxBytes {
+		return max(r.ContentLength, 1)
+	}
+	return maxBytes
 }
 
 // DefaultReviewSlotWait is how long a request waits for a review slot.
@@ -375,7 +388,10 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			refuse(tooLarge(h.opts.MaxRequestBytes))
 			return
 		}
-		releaseBytes, reqErr := h.reserveBytes(c.Request)
+		// Room for the body: its whole length when it is short, else
+		// the proof's, and the rest once the proof has arrived.
+		length := reservedLength(c.Request, h.opts.MaxRequestBytes)
+		releaseBytes, reqErr := h.reserveBytes(c.Request, min(length, bodyProofBytes))
 		if reqErr != nil {
 			if reqErr.status == http.StatusTooManyRequests {
 				c.Header("Retry-After", "1")
@@ -384,13 +400,29 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			return
 		}
 		defer releaseBytes()
+		var releaseRest func()
+		defer func() {
+			if releaseRest != nil {
+				releaseRest()
+			}
+		}()
 		// A body that stalls is refused while the connection can still
 		// carry the answer (its write deadline is later).
 		pace := &bodyPace{start: time.Now(), rate: h.opts.MinRequestBodyRate, set: rc.SetReadDeadline}
 		pace.deadline = pace.start.Add(h.opts.RequestBodyTimeout)
 		_ = rc.SetReadDeadline(pace.first())
-		body, pooled, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace)
+		body, pooled, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace, func() *requestError {
+			// The wait for room is not the sender's delay.
+			began := time.Now()
+			var e *requestError
+			releaseRest, e = h.reserveBytes(c.Request, length-bodyProofBytes)
+			pace.pause(time.Since(began))
+			return e
+		})
 		if reqErr != nil {
+			if reqErr.status == http.StatusTooManyRequests {
+				c.Header("Retry-After", "1")
+			}
 			refuse(reqErr)
 			return
 		}
