@@ -20,7 +20,7 @@ import (
 func rolePatterns(fsys fs.FS, roles *RoleTable, problems *Problems) (map[string][]*pattern.Policy, []pattern.File) {
 	files, err := pattern.ReadFiles(fsys)
 	if err != nil {
-		*problems = append(*problems, &Problem{File: ".", Message: err.Error(), Hint: "make every " + pattern.FileSuffix + " file readable"})
+		*problems = append(*problems, &Problem{File: fileOf(err), Message: err.Error(), Hint: "make every " + pattern.FileSuffix + " file a readable regular file within the size limits"})
 		return nil, nil
 	}
 	byName, broken := pattern.ParseFiles(files)

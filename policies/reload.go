@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +30,14 @@ type reloader struct {
 	// the current run of failed reloads or looks began (zero when none).
 	loadedAt     time.Time
 	failingSince time.Time
+	// reloadingSince is when the reload under way began (zero when none):
+	// a reload that does not finish (a read stuck in the kernel, a set
+	// that takes minutes to compile) is reported like one that failed.
+	reloadingSince time.Time
 }
+
+// stuckReload is how long a reload may run before Status says so.
+const stuckReload = 30 * time.Second
 
 // newReloader starts following opts.Dir. It is created before the first
 // load (Load): it notes the directory's content now, so a change that lands
@@ -107,8 +113,8 @@ func (r *reloader) Load(ctx context.Context) (*Set, error) {
 // Name is the directory as given.
 func (r *reloader) Name() string { return r.dir }
 
-// FS reads the directory.
-func (r *reloader) FS() fs.FS { return os.DirFS(r.dir) }
+// FS reads the directory as loads do: regular files only, bounded.
+func (r *reloader) FS() fs.FS { return newDirFS(r.dir, r.opts.Load) }
 
 // LoadDir loads a policy directory from disk, naming the revision by the
 // commit when the directory is a git-sync checkout (git:<commit>), else by
@@ -123,7 +129,7 @@ func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read policy directory %s: %w", dir, err)
 		}
-		set, err := Load(ctx, os.DirFS(dir), opts)
+		set, err := Load(ctx, newDirFS(dir, opts), opts)
 		if err != nil {
 			return nil, fmt.Errorf("policy directory %s: %w", dir, err)
 		}
@@ -151,8 +157,12 @@ func (r *reloader) Reload(ctx context.Context) error {
 		return fmt.Errorf("reload %s: no engine yet (call Run)", r.dir)
 	}
 	start := time.Now()
+	r.mu.Lock()
+	r.reloadingSince = start
+	r.mu.Unlock()
 	set, err := LoadDir(ctx, r.dir, r.opts.Load)
 	r.mu.Lock()
+	r.reloadingSince = time.Time{}
 	r.lastErr, r.lastAttempt = err, start
 	if err != nil && r.failingSince.IsZero() {
 		r.failingSince = start
@@ -186,13 +196,30 @@ func (r *reloader) Run(ctx context.Context, engine *Engine) error {
 }
 
 // Status says which revision is served and, when the last reload failed,
-// when and why: readiness detail.
+// when and why; and a reload running for longer than it should: readiness
+// detail.
 func (r *reloader) Status() string {
 	revision, at, lastErr := r.lastReload()
+	status := "serving " + revision
 	if lastErr != nil {
-		return fmt.Sprintf("serving %s; the last reload (%s) failed and was not applied: %v", revision, at.UTC().Format(time.RFC3339), lastErr)
+		status = fmt.Sprintf("serving %s; the last reload (%s) failed and was not applied: %v", revision, at.UTC().Format(time.RFC3339), lastErr)
 	}
-	return "serving " + revision
+	if err := r.stuck(time.Now(), stuckReload); err != nil {
+		status += "; WARNING: " + err.Error()
+	}
+	return status
+}
+
+// stuck says when the reload under way has run for longer than limit.
+func (r *reloader) stuck(now time.Time, limit time.Duration) error {
+	r.mu.Lock()
+	since := r.reloadingSince
+	r.mu.Unlock()
+	if since.IsZero() || now.Sub(since) <= limit {
+		return nil
+	}
+	return fmt.Errorf("a reload of %s started %s ago (%s) has not finished; newer policies are not served until it does",
+		r.dir, now.Sub(since).Round(time.Second), since.UTC().Format(time.RFC3339))
 }
 
 // lastReload reports the revision being served and the last reload: when
@@ -207,12 +234,19 @@ func (r *reloader) lastReload() (revision string, lastAttempt time.Time, lastErr
 }
 
 // ReloadState is what strict health judges: the served set, when it was
-// loaded, and since when (and why) newer content fails to load.
+// loaded, and since when (and why) newer content fails to load. A reload
+// still running counts as failing from its start, so one that never
+// finishes fails strict health after the grace like a broken push.
 func (r *reloader) ReloadState() health.ReloadState {
 	revision, _, lastErr := r.lastReload()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, FailingSince: r.failingSince, Err: lastErr}
+	state := health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, FailingSince: r.failingSince, Err: lastErr}
+	if since := r.reloadingSince; !since.IsZero() && (state.FailingSince.IsZero() || since.Before(state.FailingSince)) {
+		state.FailingSince = since
+		state.Err = fmt.Errorf("a reload started %s has not finished", since.UTC().Format(time.RFC3339))
+	}
+	return state
 }
 
 func revisionOf(s *Set) string {

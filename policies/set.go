@@ -36,6 +36,11 @@ type LoadOptions struct {
 	AllowNetwork bool
 	// SkipTests loads a set without running its Rego unit tests.
 	SkipTests bool
+	// MaxFileBytes and MaxSetBytes bound what a policy directory's
+	// reading takes: one file, and every file read for one set. A
+	// directory over either is refused with an error naming the file.
+	// 0: DefaultMaxPolicyFileBytes, DefaultMaxPolicySetBytes.
+	MaxFileBytes, MaxSetBytes int64
 }
 
 // Set is one loaded, compiled and self-tested revision of a policy
@@ -90,7 +95,7 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	data[RoleParametersKey] = params
 	modules, err := rego.ReadModules(fsys)
 	if err != nil {
-		problems = append(problems, &Problem{File: ".", Message: err.Error(), Hint: "make every .rego file readable"})
+		problems = append(problems, &Problem{File: fileOf(err), Message: err.Error(), Hint: "make every .rego file a readable regular file within the size limits"})
 		return nil, problems
 	}
 	if len(modules) == 0 && !patternsOnly(roles) {
@@ -231,8 +236,12 @@ func readData(fsys fs.FS, problems *Problems) (map[string]any, []byte) {
 	var all []byte
 	for _, name := range DataFiles {
 		src, err := fs.ReadFile(fsys, name)
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // data is optional
+		}
+		if err != nil {
+			*problems = append(*problems, &Problem{File: name, Message: err.Error(), Hint: "data must be a readable regular file within the size limits"})
+			continue
 		}
 		all = append(all, src...)
 		var root yamlv3.Node
@@ -268,6 +277,15 @@ func readData(fsys fs.FS, problems *Problems) (map[string]any, []byte) {
 		}
 	}
 	return data, all
+}
+
+// fileOf is the file a read error names, "." when it names none.
+func fileOf(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && fs.ValidPath(pe.Path) {
+		return pe.Path
+	}
+	return "."
 }
 
 // contentRevision names a policy directory by a hash of what it contains, so

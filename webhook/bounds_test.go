@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -322,5 +323,46 @@ func TestBudgetSkipsStringsAsAByteByByteScanWould(t *testing.T) {
 		if got, want := at(checkBudget(body, limit)), at(reference(body, limit)); got != want {
 			t.Fatalf("case %d, %q with limit %d: %s; the byte-by-byte scan says %s", i, body, limit, got, want)
 		}
+	}
+}
+
+// TestABodyHoldsItsProofUntilItComes: a request that declares the whole
+// of the request bytes in flight and sends nothing holds only its proof
+// (4 KiB), so a review beside it finds room at once; once its first 4 KiB
+// arrive it reserves the rest, and its body, sent in full, is judged.
+func TestABodyHoldsItsProofUntilItComes(t *testing.T) {
+	h := NewHandler(fakeDecider{validate: func(context.Context, *policies.Input) policies.Decision { return policies.Allow() }}, HandlerOptions{
+		Logger:                  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxRequestBytes:         1 << 20,
+		MaxRequestBytesInFlight: 1 << 20,
+		ReviewSlotWait:          50 * time.Millisecond,
+	})
+	// A review padded to all but 8 bytes of the budget with a long
+	// label, sent later.
+	padded := func(n int) string {
+		return reviewBody("CREATE", `{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-1","labels":{"pad":"`+strings.Repeat("p", n)+`"}},"spec":{"hardware":{"arch":"arm64"}}}`)
+	}
+	big := padded(1<<20 - 8 - len(padded(0)))
+	pr, pw := io.Pipe()
+	req := httptest.NewRequest(http.MethodPost, "/validate", pr)
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = int64(len(big))
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(rec, req)
+	}()
+	time.Sleep(20 * time.Millisecond) // it reserved its proof and waits for bytes
+	if a := post(t, h, http.MethodPost, "/validate", "application/json", reviewBody("CREATE", validObject)); !a.review.Response.Allowed {
+		t.Fatalf("a review beside a body declared and not sent: %d %s", a.status, a.raw)
+	}
+	if _, err := io.WriteString(pw, big); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	<-done
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"allowed":true`) {
+		t.Fatalf("the declared body, sent at last: %d %.300s", rec.Code, rec.Body.String())
 	}
 }

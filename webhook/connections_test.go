@@ -140,12 +140,20 @@ func TestConnPool(t *testing.T) {
 		}
 	})
 
-	t.Run("at the cap with none idle, the oldest silent connection makes room", func(t *testing.T) {
-		pool, addr, _ := poolServer(t, 1, time.Minute, ok)
+	t.Run("at the cap with none idle, the oldest silent connection makes room once past its grace", func(t *testing.T) {
+		// A grace of a third of the handshake timeout: 1s.
+		pool, addr, _ := poolServer(t, 1, 3*time.Second, ok)
 		silent := dial(t, addr)
 		waitUntil(t, "one silent", func() bool { return pool.snapshot().fresh == 1 })
+		began := time.Now()
 		if code, err := dial(t, addr).get(); err != nil || code != http.StatusNoContent {
 			t.Fatalf("a new connection at the cap: %d %v", code, err)
+		}
+		// Within its grace a connection that has not sent a request yet
+		// (a handshake in progress) is not closed for a newcomer: in a
+		// burst past the cap they closed each other's.
+		if took := time.Since(began); took < 500*time.Millisecond {
+			t.Fatalf("the silent connection was closed %s after the newcomer came, within its 1s grace", took)
 		}
 		if !silent.closedByServer(2 * time.Second) {
 			t.Fatal("the silent connection is still open")

@@ -113,10 +113,13 @@ func (p *bodyPace) expect(received int64) {
 }
 
 // readReviewBody checks the Content-Type and reads the body, bounded, at
-// pace's rate at least. A body of declared length is read into pooled
-// room when one fits: the caller releases it once nothing reads the
-// request's bytes any more (bodypool.go).
-func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *pooledBody, *requestError) {
+// pace's rate at least. A body longer than bodyProofBytes (or of unknown
+// length) is read that far into pooled room first; then prove is called
+// to reserve the rest of the room, and the body continues in room of its
+// whole length. A body of declared length is read into pooled room when
+// one fits: the caller releases it once nothing reads the request's bytes
+// any more (bodypool.go).
+func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace, prove func() *requestError) ([]byte, *pooledBody, *requestError) {
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
 		return nil, nil, &requestError{status: http.StatusUnsupportedMediaType,
 			message: fmt.Sprintf("Content-Type %q is not supported; send application/json", clip.String(ct, clip.FieldBytes))}
@@ -132,8 +135,13 @@ func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *p
 	if n := r.ContentLength; n >= 0 {
 		want, size = n, n
 	}
+	// proving: the body is longer than its proof, which is read first.
+	proving := want > bodyProofBytes
 	var pooled *pooledBody
-	if r.ContentLength >= 0 {
+	switch {
+	case proving:
+		pooled = takeBody(bodyProofBytes)
+	case r.ContentLength >= 0:
 		pooled = takeBody(r.ContentLength)
 	}
 	var body []byte
@@ -148,11 +156,34 @@ func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *p
 		return nil, nil, e
 	}
 	for int64(len(body)) < want {
+		if proving && len(body) == bodyProofBytes {
+			// The proof arrived: reserve the rest and move to room of
+			// the whole length.
+			proving = false
+			if e := prove(); e != nil {
+				return fail(e)
+			}
+			proof := pooled
+			pooled = nil
+			if r.ContentLength >= 0 {
+				pooled = takeBody(r.ContentLength)
+			}
+			if pooled != nil {
+				body = append(pooled.buf, body...)
+			} else {
+				body = append(make([]byte, 0, max(size, 2*bodyProofBytes)), body...)
+			}
+			proof.release()
+		}
 		if len(body) == cap(body) {
 			body = slices.Grow(body, int(min(int64(cap(body)), want-int64(len(body)))))
 		}
 		pace.expect(int64(len(body)))
-		room := body[len(body):min(int64(cap(body)), want)]
+		limit := min(int64(cap(body)), want)
+		if proving {
+			limit = bodyProofBytes
+		}
+		room := body[len(body):limit]
 		n, err := r.Body.Read(room)
 		body = body[:len(body)+n]
 		if err == io.EOF {
@@ -177,6 +208,20 @@ func readReviewBody(r *http.Request, maxBytes int64, pace *bodyPace) ([]byte, *p
 		pooled.buf = body
 	}
 	return body, pooled, nil
+}
+
+// pause moves the pace's clock on by d, time the body was not read for
+// (waiting for room), and the read deadline with it.
+func (p *bodyPace) pause(d time.Duration) {
+	if p == nil || d <= 0 {
+		return
+	}
+	p.start = p.start.Add(d)
+	p.deadline = p.deadline.Add(d)
+	p.current = p.current.Add(d)
+	if p.set != nil {
+		_ = p.set(p.current)
+	}
 }
 
 func (p *bodyPace) startTime() time.Time {

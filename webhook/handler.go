@@ -2,11 +2,13 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -108,6 +110,13 @@ type HandlerOptions struct {
 	// it holds under MaxRequestBytesInFlight within about a second. 0:
 	// RequestBodyTimeout alone.
 	MinRequestBodyRate int64
+	// AnswerWriteTimeout bounds how long an answer may take to leave, from
+	// when it begins to be written: a caller that does not read its
+	// answers has its connection closed then, and the answer counted in
+	// Stalls. Default DefaultAnswerWriteTimeout.
+	AnswerWriteTimeout time.Duration
+	// Stalls, when set, counts the answers cut by AnswerWriteTimeout.
+	Stalls *Stalls
 	// KnownRole reports whether a role is one of the policy set's, so that
 	// only known roles become metric labels (the rest count as "unknown").
 	// Default: the roles of the Engine's current set when the Decider is a
@@ -168,6 +177,9 @@ func NewHandler(d Decider, opts HandlerOptions) http.Handler {
 	opts.MaxRequestBytesInFlight = max(opts.MaxRequestBytesInFlight, opts.MaxRequestBytes)
 	if opts.RequestBodyTimeout <= 0 {
 		opts.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if opts.AnswerWriteTimeout <= 0 {
+		opts.AnswerWriteTimeout = DefaultAnswerWriteTimeout
 	}
 	if opts.KnownRole == nil {
 		opts.KnownRole = knownRoleOf(d)
@@ -232,15 +244,19 @@ func DefaultMaxRequestBytesInFlight(maxRequestBytes int64) int64 {
 	return 4 * maxRequestBytes
 }
 
-// reserveBytes takes room for a request's body under
-// MaxRequestBytesInFlight before a byte of it is read: its declared length,
-// or the largest accepted body when it declares none. It waits up to
-// ReviewSlotWait.
-func (h *handler) reserveBytes(r *http.Request) (release func(), err *requestError) {
-	n := h.opts.MaxRequestBytes
-	if r.ContentLength >= 0 && r.ContentLength < n {
-		n = max(r.ContentLength, 1)
-	}
+// bodyProofBytes is the most room a request holds before its body shows
+// it is coming: a body declared longer reserves this much, reads it, and
+// only then reserves the rest of its length. A sender that declares a
+// large body and sends nothing holds 4 KiB, not the budget (sixteen of
+// them, declaring 7 MiB each, turned most reviews into 429); all the
+// connections the cap admits hold 4 MiB at most that way, so the largest
+// review still finds room beside them. Bodies up to this length, which
+// are most reviews, reserve their length at once as before.
+const bodyProofBytes = minPooledBody
+
+// reserveBytes takes n bytes of room under MaxRequestBytesInFlight,
+// waiting up to ReviewSlotWait.
+func (h *handler) reserveBytes(r *http.Request, n int64) (release func(), err *requestError) {
 	if h.bytes.TryAcquire(n) {
 		return func() { h.bytes.Release(n) }, nil
 	}
@@ -253,9 +269,18 @@ func (h *handler) reserveBytes(r *http.Request) (release func(), err *requestErr
 		}
 		return nil, &requestError{status: http.StatusTooManyRequests, message: fmt.Sprintf(
 			"qn-webhook is overloaded: reviews holding %d MiB (its limit of request bytes in flight) left no room for this %d-byte request within %s; the apiserver applies the webhook's failurePolicy, retry shortly",
-			h.opts.MaxRequestBytesInFlight>>20, n, h.opts.ReviewSlotWait)}
+			h.opts.MaxRequestBytesInFlight>>20, reservedLength(r, h.opts.MaxRequestBytes), h.opts.ReviewSlotWait)}
 	}
 	return func() { h.bytes.Release(n) }, nil
+}
+
+// reservedLength is the room a request's body needs in all: its declared
+// length, or the largest accepted body when it declares none.
+func reservedLength(r *http.Request, maxBytes int64) int64 {
+	if r.ContentLength >= 0 && r.ContentLength < maxBytes {
+		return max(r.ContentLength, 1)
+	}
+	return maxBytes
 }
 
 // DefaultReviewSlotWait is how long a request waits for a review slot.
@@ -333,10 +358,29 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			defer g.Dec()
 		}
 		tr := h.startTrace(c.Request, webhook)
+		rc := http.NewResponseController(c.Writer)
+		// release gives back the review slot once one is taken; it is
+		// given back before an answer is written, so a caller that does
+		// not read its answers holds no slot while the write waits.
+		var release func()
+		defer func() {
+			if release != nil {
+				release()
+			}
+		}()
 		refuse := func(reqErr *requestError) {
+			if release != nil {
+				release()
+				release = nil
+			}
 			d := policies.Deny(int32(reqErr.status), reasonFor(reqErr.status), reqErr.message)
 			h.log(c.Request, webhook, nil, d, h.count(webhook, d, start))
-			writeRequestError(c.Writer, reqErr)
+			_ = rc.SetWriteDeadline(time.Now().Add(h.opts.AnswerWriteTimeout))
+			err := writeRequestError(c.Writer, reqErr)
+			if ferr := flushAnswer(c.Request, c.Writer); err == nil {
+				err = ferr
+			}
+			h.stalled(err)
 			tr.end(nil, d, reqErr.status)
 		}
 		if c.Request.ContentLength > h.opts.MaxRequestBytes {
@@ -344,7 +388,10 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			refuse(tooLarge(h.opts.MaxRequestBytes))
 			return
 		}
-		releaseBytes, reqErr := h.reserveBytes(c.Request)
+		// Room for the body: its whole length when it is short, else
+		// the proof's, and the rest once the proof has arrived.
+		length := reservedLength(c.Request, h.opts.MaxRequestBytes)
+		releaseBytes, reqErr := h.reserveBytes(c.Request, min(length, bodyProofBytes))
 		if reqErr != nil {
 			if reqErr.status == http.StatusTooManyRequests {
 				c.Header("Retry-After", "1")
@@ -353,14 +400,29 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			return
 		}
 		defer releaseBytes()
+		var releaseRest func()
+		defer func() {
+			if releaseRest != nil {
+				releaseRest()
+			}
+		}()
 		// A body that stalls is refused while the connection can still
 		// carry the answer (its write deadline is later).
-		rc := http.NewResponseController(c.Writer)
 		pace := &bodyPace{start: time.Now(), rate: h.opts.MinRequestBodyRate, set: rc.SetReadDeadline}
 		pace.deadline = pace.start.Add(h.opts.RequestBodyTimeout)
 		_ = rc.SetReadDeadline(pace.first())
-		body, pooled, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace)
+		body, pooled, reqErr := readReviewBody(c.Request, h.opts.MaxRequestBytes, pace, func() *requestError {
+			// The wait for room is not the sender's delay.
+			began := time.Now()
+			var e *requestError
+			releaseRest, e = h.reserveBytes(c.Request, length-bodyProofBytes)
+			pace.pause(time.Since(began))
+			return e
+		})
 		if reqErr != nil {
+			if reqErr.status == http.StatusTooManyRequests {
+				c.Header("Retry-After", "1")
+			}
 			refuse(reqErr)
 			return
 		}
@@ -370,7 +432,7 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		defer pooled.release()
 		// The body is read before a slot is taken, so a slow sender cannot
 		// hold one; decoding and evaluation, which cost memory, take one.
-		release, reqErr := h.acquire(c.Request.Context())
+		release, reqErr = h.acquire(c.Request.Context())
 		if reqErr != nil {
 			if reqErr.status == http.StatusTooManyRequests {
 				c.Header("Retry-After", "1")
@@ -378,7 +440,6 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			refuse(reqErr)
 			return
 		}
-		defer release()
 		step := tr.step("decode")
 		rev, objs, reqErr := decodeBody(body, h.opts.MaxRequestElements, h.decider)
 		endStep(step)
@@ -395,13 +456,27 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 			}
 		}()
 		answer, in, d := answerDecoded(tr.ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
+		release()
+		release = nil
 		step = tr.step("encode")
-		writeReview(c.Writer, http.StatusOK, answer)
+		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.AnswerWriteTimeout))
+		err := writeReview(c.Writer, http.StatusOK, answer)
 		elapsed := h.count(webhook, d, start)
-		flushAnswer(c.Request, c.Writer)
+		if ferr := flushAnswer(c.Request, c.Writer); err == nil {
+			err = ferr
+		}
 		endStep(step)
+		h.stalled(err)
 		h.log(c.Request, webhook, in, d, elapsed)
 		tr.end(in, d, http.StatusOK)
+	}
+}
+
+// stalled counts an answer its caller did not take within the answer
+// write deadline; the server closes the connection after such an error.
+func (h *handler) stalled(err error) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		h.opts.Stalls.stalled(time.Now())
 	}
 }
 

@@ -100,7 +100,7 @@ func outcome(d policies.Decision) string {
 
 // writeReview sends rev with an HTTP status. The apiserver reads a decision
 // only from a 200; other statuses are for requests that were not reviews.
-func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionReview) {
+func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionReview) error {
 	buf := answerBuffers.Get().(*[]byte)
 	encoded, ok := appendReview((*buf)[:0], rev)
 	body := encoded
@@ -117,11 +117,12 @@ func writeReview(w http.ResponseWriter, status int, rev *admissionv1.AdmissionRe
 	h["Content-Type"] = jsonContentType
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	_, err = w.Write(body)
 	if cap(encoded) <= maxPooledAnswerBytes {
 		*buf = encoded[:0]
 		answerBuffers.Put(buf)
 	}
+	return err
 }
 
 const maxPooledAnswerBytes = 64 << 10
@@ -143,23 +144,24 @@ var jsonContentType = []string{"application/json"}
 // that waits for that moment (the shadow) does not compete with the
 // answer's encryption and write. Over HTTP/2 the stream ends only when the
 // handler returns, so a flush would cost one more frame and gain nothing.
-func flushAnswer(r *http.Request, w http.ResponseWriter) {
+func flushAnswer(r *http.Request, w http.ResponseWriter) error {
 	if r.ProtoMajor == 1 {
-		_ = http.NewResponseController(w).Flush()
+		return http.NewResponseController(w).Flush()
 	}
+	return nil
 }
 
 // writeRequestError answers a request we refused before any policy ran.
 // With a uid the review is well-formed and the apiserver shows our message
 // (HTTP 200 with a denial); without one it cannot be a real apiserver
 // request and gets the transport status.
-func writeRequestError(w http.ResponseWriter, e *requestError) {
+func writeRequestError(w http.ResponseWriter, e *requestError) error {
 	d := policies.Deny(int32(e.status), reasonFor(e.status), e.message)
 	status := e.status
 	if e.uid != "" && e.status == http.StatusBadRequest {
 		status = http.StatusOK
 	}
-	writeReview(w, status, review(e.uid, d, policies.PathValidate))
+	return writeReview(w, status, review(e.uid, d, policies.PathValidate))
 }
 
 func reasonFor(status int) metav1.StatusReason {

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Fingerprint hashes the content a policy set is built from: every regular
@@ -47,7 +48,8 @@ func Fingerprint(dir string) (string, error) {
 
 // hashTree writes one record per regular file below abs: the relative path,
 // a NUL (which no file name contains, so records cannot be confused), and the
-// file's own SHA-256. ancestors holds the resolved directories on the current
+// file's own SHA-256 (other entries, such as a FIFO, by their type, never
+// opened). ancestors holds the resolved directories on the current
 // path, so a symlink that points back up is not followed forever.
 func hashTree(h hash.Hash, abs, rel string, ancestors map[string]bool) error {
 	entries, err := os.ReadDir(abs)
@@ -97,20 +99,50 @@ func hashTree(h hash.Hash, abs, rel string, ancestors map[string]bool) error {
 				return fmt.Errorf("read policy file %s: %w", p, err)
 			}
 			fmt.Fprintf(h, "%s\x00%x\n", r, sum)
+		default:
+			// A FIFO, device or socket is never opened, but its arrival
+			// is a change: the load that follows refuses it and says so,
+			// where ignoring it would leave it unreported.
+			fmt.Fprintf(h, "%s\x00%s\n", r, fi.Mode().Type())
 		}
 	}
 	return nil
 }
 
+// hashContentLimit is the largest file whose content is hashed. No policy
+// file is near it (a load refuses files over --max-policy-file-bytes); a
+// larger file, say a sparse gigabyte left in the directory, is recorded by
+// its size, modification time and inode instead of costing a second of
+// CPU at every look. Any write to it still changes the fingerprint.
+const hashContentLimit = 64 << 20
+
 func hashFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
+	// O_NONBLOCK: a file swapped for a FIFO since its Stat must not make
+	// the open wait for a writer (the look, and the reloads behind it,
+	// would wait for good).
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		return nil, err
+	}
+	h := sha256.New()
+	switch {
+	case !fi.Mode().IsRegular():
+		fmt.Fprintf(h, "not a regular file: %s", fi.Mode())
+	case fi.Size() > hashContentLimit:
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		fmt.Fprintf(h, "large file: %d bytes, modified %d, inode %d", fi.Size(), fi.ModTime().UnixNano(), ino)
+	default:
+		if _, err := io.Copy(h, io.LimitReader(f, hashContentLimit+1)); err != nil {
+			return nil, err
+		}
 	}
 	return h.Sum(nil), nil
 }

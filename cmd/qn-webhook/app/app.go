@@ -143,14 +143,33 @@ func Build(ctx context.Context, o *Options, logger *slog.Logger) (_ *Program, er
 
 // Serve runs the tasks and serves admission and probes until ctx ends, then
 // drains in-flight requests, stops the tasks and closes what Build opened.
+//
+// Shutdown ends within the grace period after ctx ends, whatever the tasks
+// do: a task still running then (a reload stuck in a read the kernel does
+// not interrupt) is named in the log and left to end with the process.
 func (p *Program) Serve(ctx context.Context) error {
 	defer p.close()
+	var stopping atomic.Int64 // when ctx ended, in Unix nanoseconds
+	defer context.AfterFunc(ctx, func() { stopping.Store(time.Now().UnixNano()) })()
 	taskCtx, stopTasks := context.WithCancel(context.WithoutCancel(ctx))
+	running := make([]atomic.Bool, len(p.Tasks))
 	var tasks sync.WaitGroup
-	defer tasks.Wait()
-	defer stopTasks()
-	for _, t := range p.Tasks {
+	defer func() {
+		stopTasks()
+		began := time.Unix(0, stopping.Load())
+		if stopping.Load() == 0 {
+			began = time.Now()
+		}
+		// At least a moment to stop, even when the drain took the grace.
+		wait := max(time.Until(began.Add(p.Options.ShutdownGracePeriod)), taskStopMinimum)
+		if names := waitTasks(&tasks, running, p.Tasks, wait); len(names) > 0 {
+			p.Logger.Error("tasks did not stop within the shutdown grace period; exiting without them", "tasks", names, "waited", wait.String())
+		}
+	}()
+	for i, t := range p.Tasks {
+		running[i].Store(true)
 		tasks.Go(func() {
+			defer running[i].Store(false)
 			if err := t.Run(taskCtx); err != nil {
 				p.Logger.Error(t.Name+" stopped", "error", err)
 			}
@@ -171,6 +190,34 @@ func (p *Program) Serve(ctx context.Context) error {
 	return server.Serve(ctx, p.AdmissionListener, p.ProbeListener)
 }
 
+// taskStopMinimum is how long tasks get to stop after the servers drained,
+// when the drain took the whole grace period.
+const taskStopMinimum = time.Second
+
+// waitTasks waits up to wait for the tasks; it returns the names of those
+// still running then.
+func waitTasks(wg *sync.WaitGroup, running []atomic.Bool, tasks []Task, wait time.Duration) []string {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-timer.C:
+	}
+	var names []string
+	for i := range running {
+		if running[i].Load() {
+			names = append(names, tasks[i].Name)
+		}
+	}
+	return names
+}
+
 func (p *Program) close() {
 	for i := len(p.closers) - 1; i >= 0; i-- {
 		p.closers[i]()
@@ -185,7 +232,7 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 	metrics := policies.NewMetrics(p.Registry)
 	source, err := policies.Open(policies.OpenOptions{
 		Dir:     o.PolicyDir,
-		Load:    policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins},
+		Load:    o.LoadOptions(),
 		Watch:   dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: p.Logger},
 		Metrics: metrics,
 		Logger:  p.Logger,
@@ -282,7 +329,7 @@ func (p *Program) buildShadow(ctx context.Context) error {
 	open := func(ctx context.Context) error {
 		s, err := policies.Open(policies.OpenOptions{
 			Dir:    o.ShadowPolicyDir,
-			Load:   policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins},
+			Load:   o.LoadOptions(),
 			Watch:  dirwatch.Options{PollInterval: o.PolicyPollInterval, Logger: logger},
 			Logger: logger,
 		})
@@ -338,12 +385,23 @@ func (p *Program) buildHandler(context.Context) error {
 	deciders := webhook.ByKind{Default: served, Kinds: map[schema.GroupKind]webhook.Decider{
 		qnv1alpha1.ScalerGroupVersionKind.GroupKind(): scalerspec.Validator{},
 	}}
+	// Answers their callers do not read are cut at their write deadline,
+	// counted, and shown to strict health.
+	stalls := &webhook.Stalls{}
+	strict, detail := stalls.Check(p.Options.AnswerWriteTimeout, nil)
+	p.Checks = append(p.Checks, health.Check{Name: "answers", Strict: strict, Detail: detail})
+	p.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "qn_admission_answers_stalled_total",
+		Help: "Answers their callers did not read within --answer-write-timeout; each connection was closed. They held no review slot.",
+	}, func() float64 { return float64(stalls.Total()) }))
 	p.Handler = webhook.NewHandler(deciders, webhook.HandlerOptions{
 		MaxRequestBytes:      p.Options.MaxRequestBytes,
 		MaxRequestElements:   p.Options.MaxRequestElements,
 		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,
 		RequestBodyTimeout:   p.Options.RequestBodyTimeout,
 		MinRequestBodyRate:   p.Options.MinRequestBodyRate,
+		AnswerWriteTimeout:   p.Options.AnswerWriteTimeout,
+		Stalls:               stalls,
 		Logger:               p.Logger,
 
 		MaxRequestBytesInFlight: p.Options.MaxRequestBytesInFlight,

@@ -51,6 +51,9 @@ type Options struct {
 	AllowNetworkBuiltins bool
 	// PolicyPollInterval re-checks the policy directory besides events.
 	PolicyPollInterval time.Duration
+	// MaxPolicyFileBytes and MaxPolicySetBytes bound what reading a
+	// policy directory takes: one file, and all files of one set.
+	MaxPolicyFileBytes, MaxPolicySetBytes int64
 	// DecisionLog is "-" for stdout or a file to append decision lines to.
 	DecisionLog string
 	// DecisionLogFlushInterval groups decision lines into one write per
@@ -94,6 +97,9 @@ type Options struct {
 	// then gets 429. 0 derives it from the memory limit
 	// (webhook.DefaultMaxRequestBytesInFlight).
 	MaxRequestBytesInFlight int64
+	// AnswerWriteTimeout bounds how long an answer may take to leave; a
+	// caller that does not read it has its connection closed.
+	AnswerWriteTimeout time.Duration
 	// ShutdownGracePeriod bounds how long in-flight requests may drain.
 	ShutdownGracePeriod time.Duration
 	// LogFormat is json or text.
@@ -128,6 +134,12 @@ type Options struct {
 	TraceSampleRatio float64
 }
 
+// LoadOptions are how every policy set of the process loads.
+func (o *Options) LoadOptions() policies.LoadOptions {
+	return policies.LoadOptions{EvalTimeout: o.PolicyEvalTimeout, AllowNetwork: o.AllowNetworkBuiltins,
+		MaxFileBytes: o.MaxPolicyFileBytes, MaxSetBytes: o.MaxPolicySetBytes}
+}
+
 // Window stores.
 const (
 	WindowStoreMemory = "memory"
@@ -145,6 +157,8 @@ func NewOptions() *Options {
 		CertPollInterval:         10 * time.Second,
 		PolicyEvalTimeout:        time.Second,
 		PolicyPollInterval:       10 * time.Second,
+		MaxPolicyFileBytes:       policies.DefaultMaxPolicyFileBytes,
+		MaxPolicySetBytes:        policies.DefaultMaxPolicySetBytes,
 		DecisionLog:              "-",
 		DecisionLogFlushInterval: 5 * time.Millisecond,
 		ShadowQueue:              policies.DefaultShadowQueue,
@@ -156,6 +170,7 @@ func NewOptions() *Options {
 		HandshakeTimeout:         webhook.DefaultHandshakeTimeout,
 		RequestBodyTimeout:       webhook.DefaultRequestBodyTimeout,
 		MinRequestBodyRate:       webhook.DefaultMinRequestBodyRate,
+		AnswerWriteTimeout:       webhook.DefaultAnswerWriteTimeout,
 		ShutdownGracePeriod:      20 * time.Second,
 		LogFormat:                "json",
 		WindowStore:              WindowStoreMemory,
@@ -187,6 +202,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Policy directory (roles.yaml, *.rego, data.json); empty serves the bundled policies.")
 	fs.DurationVar(&o.PolicyEvalTimeout, "policy-eval-timeout", o.PolicyEvalTimeout, "Deadline of one policy evaluation; keep it well under the webhook timeoutSeconds.")
 	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events (changes are hot-reloaded).")
+	fs.Int64Var(&o.MaxPolicyFileBytes, "max-policy-file-bytes", o.MaxPolicyFileBytes, "Largest file read from --policy-dir (and --shadow-policy-dir); a larger one refuses the set, naming the file, and the last good set keeps serving.")
+	fs.Int64Var(&o.MaxPolicySetBytes, "max-policy-set-bytes", o.MaxPolicySetBytes, "Most bytes read from a policy directory for one set, all files together; more refuses the set, naming the file that crossed it.")
 	fs.StringVar(&o.DecisionLog, "decision-log", o.DecisionLog, "Where decision lines go: - for stdout, or a file to append to.")
 	fs.DurationVar(&o.DecisionLogFlushInterval, "decision-log-flush-interval", o.DecisionLogFlushInterval, "Decision lines are written together at most this long after the first of them (and at 64 KiB, and on shutdown): one write instead of one per request. A process killed without shutdown (SIGKILL, OOM) loses at most this interval's lines; 0 writes each line at once.")
 	fs.StringVar(&o.ShadowPolicyDir, "shadow-policy-dir", o.ShadowPolicyDir, "A candidate policy directory judged beside the served one on every request, off the response path: disagreements become qn_admission_shadow_disagreements_total and \"shadow disagreement\" decision lines; answers never depend on it. Hot-reloaded like --policy-dir.")
@@ -201,6 +218,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", o.RequestBodyTimeout, "How long a request body may take to arrive after its headers; a stalled body gets 400.")
 	fs.Int64Var(&o.MinRequestBodyRate, "min-request-body-rate", o.MinRequestBodyRate, "Bytes a second a request body must arrive at, on average, after its first second; a slower body gets 400, so a sender that declares a large body and trickles it cannot hold the room of --max-request-bytes-in-flight for long. 0: only --request-body-timeout.")
 	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "Most request bytes held at once, from the first byte read until the answer (bounds memory under large reviews); more wait up to 2s, then get 429. 0: a sixteenth of the Go memory limit, at least --max-request-bytes (4 times it without a limit).")
+	fs.DurationVar(&o.AnswerWriteTimeout, "answer-write-timeout", o.AnswerWriteTimeout, "How long an answer may take to leave once it is written; a caller that does not read it has its connection closed (qn_admission_answers_stalled_total, the strict answers check). Review slots are given back before answers are written.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight requests may drain after SIGTERM.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: json or text.")
 	fs.StringVar(&o.WindowStore, "window-store", o.WindowStore, "Where rate windows are counted: memory (this process; with N replicas a requester gets up to N times a role's limit) or redis (one window across every replica).")
@@ -230,6 +248,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("no serving certificate: set --tls-cert-file and --tls-key-file, or --tls-self-signed for a local run")
 	case o.PolicyEvalTimeout <= 0:
 		return fmt.Errorf("--policy-eval-timeout must be positive, got %s", o.PolicyEvalTimeout)
+	case o.MaxPolicyFileBytes <= 0:
+		return fmt.Errorf("--max-policy-file-bytes must be positive, got %d", o.MaxPolicyFileBytes)
+	case o.MaxPolicySetBytes < o.MaxPolicyFileBytes:
+		return fmt.Errorf("--max-policy-set-bytes (%d) must be at least --max-policy-file-bytes (%d)", o.MaxPolicySetBytes, o.MaxPolicyFileBytes)
 	case o.MaxRequestBytes <= 0:
 		return fmt.Errorf("--max-request-bytes must be positive, got %d", o.MaxRequestBytes)
 	case o.MaxRequestElements <= 0:
@@ -242,6 +264,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--handshake-timeout must be positive, got %s", o.HandshakeTimeout)
 	case o.RequestBodyTimeout <= 0:
 		return fmt.Errorf("--request-body-timeout must be positive, got %s", o.RequestBodyTimeout)
+	case o.AnswerWriteTimeout <= 0:
+		return fmt.Errorf("--answer-write-timeout must be positive, got %s", o.AnswerWriteTimeout)
 	case o.MinRequestBodyRate < 0:
 		return fmt.Errorf("--min-request-body-rate must be 0 (off) or positive, got %d", o.MinRequestBodyRate)
 	case o.MaxRequestBytesInFlight < 0:
