@@ -11,6 +11,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -314,11 +316,26 @@ func (s *installed) pushBrokenPolicy(t *testing.T) {
 	})
 }
 
-// uninstall is `helm uninstall --wait`; afterwards nothing of the release
-// judges or blocks a QuantumNode write.
+// uninstall follows docs/install.md's Uninstall: the webhook
+// configurations first (Helm would delete the Service before them, and a
+// write in between is refused: seen here as one failed write in about a
+// hundred), then `helm uninstall --wait`; afterwards nothing of the
+// release judges or blocks a QuantumNode write.
 func (s *installed) uninstall(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
+	doc, err := os.ReadFile(filepath.Join(harness.ModuleRoot(), "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Step 1 as the doc writes it, pasted into a shell.
+	text := string(doc)
+	first := strings.Index(text, "# 1. Stop calling the webhook first")
+	second := strings.Index(text, "# 2. remove the release")
+	if first < 0 || second < first {
+		t.Fatal("docs/install.md's Uninstall section lost its steps 1 and 2")
+	}
+	s.shell(t, text[first:second])
 	cfg, err := s.helmConfig()
 	if err != nil {
 		t.Fatal(err)
