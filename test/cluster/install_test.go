@@ -240,6 +240,15 @@ type review struct {
 	Message string
 }
 
+// webhookClient calls webhook Pods by address, verifying their serving
+// certificate as the API server does.
+func (s *installed) webhookClient() *http.Client {
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(s.WebhookCA)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: releaseName + "-webhook." + releaseNamespace + ".svc"}}}
+}
+
 // reviewPod sends a validating AdmissionReview for a batch QuantumNode
 // CREATE by user to one webhook Pod, as the API server would.
 func reviewPod(client *http.Client, podIP, uid, user string) (review, error) {
@@ -294,10 +303,7 @@ func TestOneWindowAcrossReplicas(t *testing.T) {
 		if len(pods) != 2 {
 			t.Fatalf("%d running webhook Pods, want 2", len(pods))
 		}
-		roots := x509.NewCertPool()
-		roots.AppendCertsFromPEM(s.WebhookCA)
-		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-			RootCAs: roots, ServerName: releaseName + "-webhook." + releaseNamespace + ".svc"}}}
+		client := s.webhookClient()
 		admitted := map[string]int{}
 		refused := 0
 		for i := 0; i < limit+10; i++ {
