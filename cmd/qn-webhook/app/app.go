@@ -30,9 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/internal/batchwrite"
 	"github.com/quantumnode/qn-admission/internal/cpupressure"
@@ -40,7 +38,6 @@ import (
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/pattern"
-	"github.com/quantumnode/qn-admission/policies/scalerspec"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 	"github.com/quantumnode/qn-admission/webhook"
@@ -304,7 +301,7 @@ func (p *Program) buildShadow(ctx context.Context) error {
 	}
 	p.Checks = append(p.Checks, health.Check{Name: "shadow", Detail: func() string {
 		if s := source.Load(); s != nil {
-			return p.Shadow.Status() + "; " + (*s).Status()
+			return p.Shadow.Status() + "; " + candidateSourceStatus(o.ShadowPolicyDir, (*s).ReloadState())
 		}
 		return p.Shadow.Status() + "; waiting for " + o.ShadowPolicyDir + " to exist"
 	}})
@@ -325,6 +322,22 @@ func (p *Program) buildShadow(ctx context.Context) error {
 	return nil
 }
 
+// candidateSourceStatus is the shadow check's word on the candidate's
+// directory: when its set was loaded and, when the newest content does
+// not load, why. Not "serving": the candidate serves nothing, and a
+// reader of /readyz?verbose takes "serving" for the served set.
+func candidateSourceStatus(dir string, st health.ReloadState) string {
+	out := "candidate loaded from " + dir
+	if !st.LoadedAt.IsZero() {
+		out += " at " + st.LoadedAt.UTC().Format(time.RFC3339)
+	}
+	if st.Err != nil {
+		out += fmt.Sprintf("; its newest content fails to load (since %s), so the candidate stays %s: %v",
+			st.FailingSince.UTC().Format(time.RFC3339), st.Revision, st.Err)
+	}
+	return out
+}
+
 // buildHandler builds the admission handler.
 func (p *Program) buildHandler(context.Context) error {
 	// QuantumNodes are judged by the policy engine (and again by the
@@ -335,10 +348,7 @@ func (p *Program) buildHandler(context.Context) error {
 	if p.Shadow != nil {
 		served = policies.Shadowed{Served: p.Engine, Shadow: p.Shadow}
 	}
-	deciders := webhook.ByKind{Default: served, Kinds: map[schema.GroupKind]webhook.Decider{
-		qnv1alpha1.ScalerGroupVersionKind.GroupKind(): scalerspec.Validator{},
-	}}
-	p.Handler = webhook.NewHandler(deciders, webhook.HandlerOptions{
+	p.Handler = webhook.NewHandler(webhook.Served(served), webhook.HandlerOptions{
 		MaxRequestBytes:      p.Options.MaxRequestBytes,
 		MaxRequestElements:   p.Options.MaxRequestElements,
 		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,
