@@ -1,6 +1,8 @@
 package scaler
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -12,7 +14,11 @@ import (
 // would rename that one to exported_namespace); a deleted scaler's series
 // are removed.
 type metrics struct {
-	value           *prometheus.GaugeVec
+	// value is labelled metric too: the scaler's qnMetric.name.
+	value *prometheus.GaugeVec
+	// names is each scaler's metric label on value, so a renamed figure's
+	// old series is removed.
+	names           sync.Map // types.NamespacedName -> string
 	desired         *prometheus.GaugeVec
 	maxReplicas     *prometheus.GaugeVec
 	metricAvailable *prometheus.GaugeVec
@@ -26,8 +32,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	scaler := []string{"scaler_namespace", "scaler"}
 	m := &metrics{
 		value: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "qn_scaler_value", Help: "The last value a HorizontalQNScaler's query returned.",
-		}, scaler),
+			Name: "qn_scaler_value", Help: "The last value a HorizontalQNScaler's query returned; metric is its qnMetric.name (empty when unnamed).",
+		}, append(scaler, "metric")),
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "qn_scaler_desired_replicas", Help: "The replicas a HorizontalQNScaler's rule asks for.",
 		}, scaler),
@@ -59,10 +65,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// setValue sets a scaler's value under its metric name, removing the
+// series of the name it had before.
+func (m *metrics) setValue(key types.NamespacedName, name string, v float64) {
+	if old, ok := m.names.Swap(key, name); ok && old.(string) != name {
+		m.value.DeleteLabelValues(key.Namespace, key.Name, old.(string))
+	}
+	m.value.WithLabelValues(key.Namespace, key.Name, name).Set(v)
+}
+
 // forget removes a deleted scaler's series.
 func (m *metrics) forget(key types.NamespacedName) {
 	labels := prometheus.Labels{"scaler_namespace": key.Namespace, "scaler": key.Name}
-	m.value.Delete(labels)
+	if name, ok := m.names.LoadAndDelete(key); ok {
+		m.value.DeleteLabelValues(key.Namespace, key.Name, name.(string))
+	}
 	m.desired.Delete(labels)
 	m.maxReplicas.Delete(labels)
 	m.metricAvailable.Delete(labels)

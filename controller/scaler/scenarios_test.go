@@ -76,7 +76,7 @@ func TestAboveUpperScalesUpByTheStepWithinTwoPollingIntervals(t *testing.T) {
 	if got := testutil.ToFloat64(h.reconciler.metrics.desired.WithLabelValues(s.ns, "web")); got != 6 {
 		t.Errorf("qn_scaler_desired_replicas = %v, want 6", got)
 	}
-	if got := testutil.ToFloat64(h.reconciler.metrics.value.WithLabelValues(s.ns, "web")); got != 17.2 {
+	if got := testutil.ToFloat64(h.reconciler.metrics.value.WithLabelValues(s.ns, "web", "")); got != 17.2 {
 		t.Errorf("qn_scaler_value = %v, want 17.2", got)
 	}
 }
