@@ -60,3 +60,38 @@ func TestTheDocumentedPolicyPipelinePassesOnTheStartingPoint(t *testing.T) {
 		t.Fatalf("docs/policies.md's pipeline runs %v; want qnctl lint and qnctl test among its steps", seen)
 	}
 }
+
+// README's walkthrough quotes what qnctl test says of a misspelt field in
+// the walkthrough's first fixture case: the line it names is the line
+// qnctl names.
+func TestReadmeQuotesTheBrokenFixtureMessage(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := strings.Join(strings.Fields(string(readme)), " ")
+	m := regexp.MustCompile("`(my-policies/fixtures/ssh\\.yaml:\\d+: field objet not found in fixtureCase)`").FindStringSubmatch(flat)
+	if m == nil {
+		t.Fatal("README.md no longer quotes the broken fixture's message; update this test")
+	}
+	dir := filepath.Join(t.TempDir(), "my-policies")
+	if err := os.CopyFS(dir, os.DirFS("../../../docs/examples/my-policies")); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "fixtures", "ssh.yaml")
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(string(src), "\n  object:", "\n  objet:", 1)
+	if broken == string(src) {
+		t.Fatal("the first case of fixtures/ssh.yaml has no object: to misspell")
+	}
+	if err := os.WriteFile(file, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "", "test", dir)
+	if code != exitBadInput || !strings.Contains(errOut, m[1]) {
+		t.Errorf("qnctl test exited %d and printed\n%s%s\nREADME.md quotes %q", code, out, errOut, m[1])
+	}
+}
