@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -100,6 +101,12 @@ func (p *Program) Start(ctx context.Context) error {
 	return nil
 }
 
+// withSyncPeriod sets the informers' resync period (--sync-period).
+func withSyncPeriod(c cache.Options, d time.Duration) cache.Options {
+	c.SyncPeriod = &d
+	return c
+}
+
 // buildManager connects to the API server and creates the manager: the
 // shared informer cache, leader election, and the metrics server.
 func (p *Program) buildManager(ctx context.Context) error {
@@ -114,7 +121,7 @@ func (p *Program) buildManager(ctx context.Context) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
-		Cache:   controller.CacheOptions(),
+		Cache:   withSyncPeriod(controller.CacheOptions(), o.SyncPeriod),
 		Metrics: metricsserver.Options{BindAddress: o.MetricsAddress},
 		// The probes are ours (internal/health, buildProbes), so that
 		// both binaries answer /healthz?strict=true alike.
