@@ -95,3 +95,17 @@ func TestReadmeQuotesTheBrokenFixtureMessage(t *testing.T) {
 		t.Errorf("qnctl test exited %d and printed\n%s%s\nREADME.md quotes %q", code, out, errOut, m[1])
 	}
 }
+
+// The change-freeze example of docs/policies.md is a policy directory
+// whose Rego tests and fixture cases pass, at the times they set, and
+// that lints clean.
+func TestTheChangeFreezeExamplePassesItsOwnTests(t *testing.T) {
+	const dir = "../../../docs/examples/change-freeze"
+	code, out, errOut := run(t, "", "test", dir)
+	if code != exitOK || !strings.Contains(out, "6 Rego tests, 5 fixture cases: 11 passed, 0 failed") {
+		t.Errorf("qnctl test %s exited %d\n%s%s", dir, code, out, errOut)
+	}
+	if code, out, errOut := run(t, "", "lint", "--strict", dir); code != exitOK {
+		t.Errorf("qnctl lint --strict %s exited %d\n%s%s", dir, code, out, errOut)
+	}
+}
