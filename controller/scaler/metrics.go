@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quantumnode/qn-admission/internal/promreg"
@@ -22,6 +23,7 @@ type metrics struct {
 	desired         *prometheus.GaugeVec
 	maxReplicas     *prometheus.GaugeVec
 	metricAvailable *prometheus.GaugeVec
+	ableToScale     *prometheus.GaugeVec
 	queryErrors     *prometheus.CounterVec
 	queryDuration   *prometheus.HistogramVec
 	scales          *prometheus.CounterVec
@@ -43,6 +45,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		metricAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "qn_scaler_metric_available", Help: "1 when a HorizontalQNScaler's last query returned a value, 0 when it failed.",
 		}, scaler),
+		ableToScale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qn_scaler_able_to_scale", Help: "1 when a HorizontalQNScaler's AbleToScale condition is True, 0 when it is False (no target, no /scale, a conflicting scaler, a failed write).",
+		}, scaler),
 		queryErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qn_scaler_query_errors_total", Help: "Failed queries of a HorizontalQNScaler (its metric and its abort conditions), by reason.",
 		}, append(scaler, "reason")),
@@ -57,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "qn_scaler_reconcile_errors_total", Help: "Polls of a HorizontalQNScaler that failed and are retried with backoff (an API error; a missing target or metric is a condition, not an error).",
 		}, scaler),
 	}
-	for _, c := range []prometheus.Collector{m.value, m.desired, m.maxReplicas, m.metricAvailable, m.queryErrors, m.queryDuration, m.scales, m.errors} {
+	for _, c := range []prometheus.Collector{m.value, m.desired, m.maxReplicas, m.metricAvailable, m.ableToScale, m.queryErrors, m.queryDuration, m.scales, m.errors} {
 		if err := promreg.RegisterReplacing(reg, c); err != nil {
 			return nil, err
 		}
@@ -74,6 +79,17 @@ func (m *metrics) setValue(key types.NamespacedName, name string, v float64) {
 	m.value.WithLabelValues(key.Namespace, key.Name, name).Set(v)
 }
 
+// setAbleToScale reports a scaler's AbleToScale condition, when it has one.
+func (m *metrics) setAbleToScale(key types.NamespacedName, c *metav1.Condition) {
+	switch {
+	case c == nil:
+	case c.Status == metav1.ConditionTrue:
+		m.ableToScale.WithLabelValues(key.Namespace, key.Name).Set(1)
+	case c.Status == metav1.ConditionFalse:
+		m.ableToScale.WithLabelValues(key.Namespace, key.Name).Set(0)
+	}
+}
+
 // forget removes a deleted scaler's series.
 func (m *metrics) forget(key types.NamespacedName) {
 	labels := prometheus.Labels{"scaler_namespace": key.Namespace, "scaler": key.Name}
@@ -83,6 +99,7 @@ func (m *metrics) forget(key types.NamespacedName) {
 	m.desired.Delete(labels)
 	m.maxReplicas.Delete(labels)
 	m.metricAvailable.Delete(labels)
+	m.ableToScale.Delete(labels)
 	m.queryErrors.DeletePartialMatch(labels)
 	m.queryDuration.Delete(labels)
 	m.scales.DeletePartialMatch(labels)

@@ -560,6 +560,7 @@ func namedMessage(spec *qnv1alpha1.HorizontalQNScalerSpec, msg string) string {
 // when the stored one is older than StatusRefresh; a value that merely
 // moved waits, so 1,000 scalers do not write 1,000 statuses per interval.
 func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler, status *qnv1alpha1.HorizontalQNScalerStatus, now time.Time) error {
+	r.metrics.setAbleToScale(client.ObjectKeyFromObject(s), meta.FindStatusCondition(status.Conditions, qnv1alpha1.ScalerAbleToScale))
 	if equality.Semantic.DeepEqual(&s.Status, status) {
 		return nil
 	}

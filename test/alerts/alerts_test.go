@@ -197,6 +197,39 @@ var scenarios = map[string]map[string]scenario{
 		"maxUnhealthy exceeded for 10 minutes": {series: `qn_controller_remediation_blocked{` + ctl + `,policy="edge"} 1x40`, after: 10 * time.Minute, firing: true},
 		"exceeded for 2 minutes, then not":     {series: `qn_controller_remediation_blocked{` + ctl + `,policy="edge"} 1x4 0x36`, after: 10 * time.Minute},
 	},
+	"QnAdmissionShadowDisagreements": {
+		"the candidate refuses what the served set admits": {series: `qn_admission_shadow_disagreements_total{` + web + `,role="default",from="allowed",to="denied"} 0+1x40`, after: 10 * time.Minute, firing: true},
+		"no disagreement in the last hour":                 {series: `qn_admission_shadow_disagreements_total{` + web + `,role="default",from="allowed",to="denied"} 0+1x10 10x150`, after: 75 * time.Minute},
+	},
+	"QnControllerQuantumNodesFailed": {
+		"a node Failed for 20 minutes":     {series: lines(`qn_controller_quantumnodes{`+ctl+`,phase="Failed"} 1x50`, `qn_controller_quantumnodes{`+ctl+`,phase="Ready"} 9x50`), after: 20 * time.Minute, firing: true},
+		"Failed for 5 minutes, then fixed": {series: `qn_controller_quantumnodes{` + ctl + `,phase="Failed"} 1x10 0x40`, after: 20 * time.Minute},
+		"every node Ready":                 {series: lines(`qn_controller_quantumnodes{`+ctl+`,phase="Failed"} 0x50`, `qn_controller_quantumnodes{`+ctl+`,phase="Ready"} 10x50`), after: 20 * time.Minute},
+	},
+	"QnControllerQuantumNodesNonCompliant": {
+		"nodes violate the policies for 40 minutes": {series: `qn_controller_quantumnodes_policy{` + ctl + `,verdict="PolicyViolation"} 3x90`, after: 40 * time.Minute, firing: true},
+		"a rule fails to evaluate for 40 minutes":   {series: `qn_controller_quantumnodes_policy{` + ctl + `,verdict="PolicyError"} 1x90`, after: 40 * time.Minute, firing: true},
+		"every node compliant or exempt": {series: lines(`qn_controller_quantumnodes_policy{`+ctl+`,verdict="Compliant"} 9x90`, `qn_controller_quantumnodes_policy{`+ctl+`,verdict="Exempt"} 1x90`,
+			`qn_controller_quantumnodes_policy{`+ctl+`,verdict="PolicyViolation"} 0x90`), after: 40 * time.Minute},
+	},
+	"QnControllerRemediationsFailing": {
+		"restarts keep failing": {series: lines(`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Started"} 0+1x60`,
+			`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Failed"} 0+1x60`), after: 25 * time.Minute, firing: true},
+		"a step abandoned": {series: `qn_controller_remediations_total{` + ctl + `,action="Rebuild",result="Abandoned"} 0x10 1x50`, after: 25 * time.Minute, firing: true},
+		"restarts succeed": {series: lines(`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Started"} 0+1x60`,
+			`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Succeeded"} 0+1x60`, `qn_controller_remediations_total{`+ctl+`,action="Restart",result="Failed"} 0x60`), after: 25 * time.Minute},
+	},
+	"QnControllerRollbacks": {
+		"a change rolled back":        {series: `qn_controller_rollbacks_total{` + ctl + `,performed="true"} 0x10 1x20`, after: 10 * time.Minute, firing: true},
+		"a rollback only reported":    {series: `qn_controller_rollbacks_total{` + ctl + `,performed="false"} 0x10 1x20`, after: 10 * time.Minute, firing: true},
+		"none in the last hour":       {series: `qn_controller_rollbacks_total{` + ctl + `,performed="true"} 0x5 1x200`, after: 90 * time.Minute},
+		"no rollback since the start": {series: `qn_controller_rollbacks_total{` + ctl + `,performed="true"} 0x40`, after: 15 * time.Minute},
+	},
+	"QnScalerUnableToScale": {
+		"no target for 15 minutes":  {series: `qn_scaler_able_to_scale{` + ctl + `,scaler_namespace="shop",scaler="orders"} 0x40`, after: 15 * time.Minute, firing: true},
+		"able to scale":             {series: `qn_scaler_able_to_scale{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x40`, after: 15 * time.Minute},
+		"a failed write, then fine": {series: `qn_scaler_able_to_scale{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x10 0x4 1x26`, after: 15 * time.Minute},
+	},
 	"QnControllerStrictHealthFailing": {
 		"the policies check fails":                    {series: `qn_health_check_failing{` + ctl + `,check="policies"} 1x40`, after: 10 * time.Minute, firing: true},
 		"the webhook's check is not the controller's": {series: `qn_health_check_failing{` + web + `,check="policies"} 1x40`, after: 10 * time.Minute},

@@ -210,7 +210,8 @@ func TestDashboardConfigMap(t *testing.T) {
 		}
 	}
 	all := strings.ToLower(strings.Join(titles, "|"))
-	for _, want := range []string{"by decision", "by role", "latency", "window usage", "revision per pod", "reload errors"} {
+	for _, want := range []string{"by decision", "by role", "latency", "window usage", "revision per pod", "reload errors",
+		"quantumnodes by phase", "audit verdict", "remediations and rollbacks", "unable to scale", "shadow"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no panel about %q among %v", want, titles)
 		}
