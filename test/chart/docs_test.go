@@ -99,7 +99,7 @@ func TestChartReadmeSaysWhatTheChartRegistersAndAlertsOn(t *testing.T) {
 		t.Error("charts/qn-admission/README.md says the webhooks cover quantumnodes only")
 	}
 
-	rule := render(t, monitoringValues).Find("PrometheusRule", fullname)
+	rule := render(t, "metrics: {prometheusRule: {enabled: true}}").Find("PrometheusRule", fullname)
 	if rule == nil {
 		t.Fatal("no PrometheusRule")
 	}
