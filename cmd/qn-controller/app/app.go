@@ -18,12 +18,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -150,7 +152,34 @@ func (p *Program) buildManager(ctx context.Context) error {
 	}}, health.Check{
 		Name: "errors", Strict: p.Answers.RatioCheck(o.Strict.MaxErrorRatio), Detail: p.Answers.Detail,
 	})
-	return nil
+	return p.buildSyncLag()
+}
+
+// buildSyncLag measures the informers' lag behind the API server on every
+// replica (--strict-max-sync-lag): a strict check and
+// qn_controller_sync_lag_seconds.
+func (p *Program) buildSyncLag() error {
+	o := p.Options
+	ns := o.LeaderElectionNamespace
+	if ns == "" {
+		ns = podNamespace()
+	}
+	if o.StrictMaxSyncLag == 0 || ns == "" {
+		return nil // off, or outside a Pod without a namespace to write in
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("sync lag: %w", err)
+	}
+	lag, err := newSyncLag(p.Config, ns, hostname, o.StrictMaxSyncLag/5, clock.RealClock{})
+	if err != nil {
+		return err
+	}
+	if err := ctrlmetrics.Registry.Register(syncLagMetric(lag)); err != nil {
+		return fmt.Errorf("register qn_controller_sync_lag_seconds: %w", err)
+	}
+	p.Checks = append(p.Checks, health.Check{Name: "sync", Strict: lag.Check(o.StrictMaxSyncLag), Detail: lag.Detail})
+	return p.Manager.Add(everyReplica(lag.Run))
 }
 
 // requireCRD fails at once when the API server does not serve
