@@ -209,10 +209,10 @@ func (r *reloader) lastReload() (revision string, lastAttempt time.Time, lastErr
 // ReloadState is what strict health judges: the served set, when it was
 // loaded, and since when (and why) newer content fails to load.
 func (r *reloader) ReloadState() health.ReloadState {
-	revision, _, lastErr := r.lastReload()
+	revision, lastAttempt, lastErr := r.lastReload()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, FailingSince: r.failingSince, Err: lastErr}
+	return health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, LastAttempt: lastAttempt, FailingSince: r.failingSince, Err: lastErr}
 }
 
 func revisionOf(s *Set) string {

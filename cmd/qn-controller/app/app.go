@@ -164,21 +164,21 @@ func (p *Program) buildSyncLag() error {
 	if ns == "" {
 		ns = podNamespace()
 	}
-	if o.StrictMaxSyncLag == 0 || ns == "" {
+	if o.Strict.MaxSyncLag == 0 || ns == "" {
 		return nil // off, or outside a Pod without a namespace to write in
 	}
 	hostname, err := os.Hostname()
 	if err != nil {
 		return fmt.Errorf("sync lag: %w", err)
 	}
-	lag, err := newSyncLag(p.Config, ns, hostname, o.StrictMaxSyncLag/5, clock.RealClock{})
+	lag, err := newSyncLag(p.Config, ns, hostname, o.Strict.MaxSyncLag/5, clock.RealClock{})
 	if err != nil {
 		return err
 	}
 	if err := ctrlmetrics.Registry.Register(syncLagMetric(lag)); err != nil {
 		return fmt.Errorf("register qn_controller_sync_lag_seconds: %w", err)
 	}
-	p.Checks = append(p.Checks, health.Check{Name: "sync", Strict: lag.Check(o.StrictMaxSyncLag), Detail: lag.Detail})
+	p.Checks = append(p.Checks, health.Check{Name: "sync", Strict: lag.Check(o.Strict.MaxSyncLag), Detail: lag.Detail})
 	return p.Manager.Add(everyReplica(lag.Run))
 }
 

@@ -52,9 +52,6 @@ type Options struct {
 	// SyncPeriod is how often the informers' caches are resynced: every
 	// cached object handed to the controllers again, as if it changed.
 	SyncPeriod time.Duration
-	// StrictMaxSyncLag fails strict health once the informers lag the API
-	// server this much (syncLag); 0 turns the heartbeat off.
-	StrictMaxSyncLag time.Duration
 
 	// Audit turns the background audit on: every stored QuantumNode is
 	// judged with the admission policies (PolicyCompliant condition,
@@ -123,7 +120,6 @@ func NewOptions(getenv func(string) string) *Options {
 		// and every input is watched, so a resync only guards against a
 		// missed event.
 		SyncPeriod:         10 * time.Hour,
-		StrictMaxSyncLag:   5 * time.Second,
 		Audit:              true,
 		PolicyPollInterval: 10 * time.Second,
 		PolicyEvalTimeout:  time.Second,
@@ -162,7 +158,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Requests the client may send the API server in a burst above --kube-api-qps.")
 	fs.DurationVar(&o.KubeAPITimeout, "kube-api-timeout", o.KubeAPITimeout, "Deadline of one request to the API server, its answer read (watches excepted: the API server ends those); 0: none.")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "How often the informers hand every cached object to the controllers again (a resync), besides the watch events.")
-	fs.DurationVar(&o.StrictMaxSyncLag, "strict-max-sync-lag", o.StrictMaxSyncLag, "Fail /healthz?strict=true once the informers lag the API server this much, measured by a heartbeat in the Lease "+SyncLeaseName+" of --leader-election-namespace (the Pod's); 0 turns the heartbeat off.")
 	fs.BoolVar(&o.Audit, "audit", o.Audit, "Judge every stored QuantumNode with the admission policies: PolicyCompliant condition, Warning events, PolicyReports.")
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Policy directory qn-webhook serves (roles.yaml, *.rego, data.json), hot-reloaded; empty audits with the bundled policies.")
 	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events.")
@@ -196,8 +191,6 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.KubeAPIBurst)
 	case o.KubeAPITimeout < 0:
 		return fmt.Errorf("--kube-api-timeout must be 0 (none) or positive, got %s", o.KubeAPITimeout)
-	case o.StrictMaxSyncLag != 0 && o.StrictMaxSyncLag < time.Second:
-		return fmt.Errorf("--strict-max-sync-lag must be 0 (off) or at least 1s (the heartbeat is written every fifth of it), got %s", o.StrictMaxSyncLag)
 	case o.SyncPeriod < time.Minute:
 		return fmt.Errorf("--sync-period must be at least 1m (every resync hands every cached object to the controllers), got %s", o.SyncPeriod)
 	case o.PolicyPollInterval <= 0:

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/utils/clock"
 
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/internal/batchwrite"
@@ -206,6 +207,13 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 		Name: "errors", Strict: p.Answers.RatioCheck(o.Strict.MaxErrorRatio), Detail: p.Answers.Detail,
 	})
 	p.Tasks = append(p.Tasks, Task{Name: "policy watcher", Run: func(ctx context.Context) error { return source.Run(ctx, p.Engine) }})
+	if o.PolicyDir != "" && o.Strict.MaxSyncLag > 0 {
+		lag := newSourceLag(o.PolicyDir, source.ReloadState, clock.RealClock{})
+		lag.Sample()
+		p.Registry.MustRegister(sourceLagMetric(lag))
+		p.Checks = append(p.Checks, health.Check{Name: "sync", Strict: lag.Check(o.Strict.MaxSyncLag), Detail: lag.Detail})
+		p.Tasks = append(p.Tasks, Task{Name: "policy sync lag", Run: func(ctx context.Context) error { return lag.Run(ctx, o.Strict.MaxSyncLag/5) }})
+	}
 	p.guardEvaluationMemory()
 	return nil
 }
