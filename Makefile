@@ -119,10 +119,10 @@ SOAK_RATE ?= 200
 soak:
 	SOAK_DURATION=$(SOAK_DURATION) SOAK_RATE=$(SOAK_RATE) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 0 ./test/soak/
 
-## rbac: regenerate config/rbac/role.yaml from the +kubebuilder:rbac markers of controller/ and its packages (controller-gen of the k8s 0.36 line)
+## rbac: regenerate config/rbac/role.yaml from the +kubebuilder:rbac markers of controller/ and its packages, and of cmd/qn-controller/app (the sync heartbeat) (controller-gen of the k8s 0.36 line)
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 rbac:
-	$(CONTROLLER_GEN) rbac:roleName=qn-controller paths=./controller/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=qn-controller paths="./controller/...;./cmd/qn-controller/app/..." output:rbac:artifacts:config=config/rbac
 
 ## cluster-test: only the one-node cluster suite (test/cluster): the chart and our images as Pods under a real kubelet and containerd
 .PHONY: cluster-test

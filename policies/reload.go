@@ -238,10 +238,10 @@ func (r *reloader) lastReload() (revision string, lastAttempt time.Time, lastErr
 // still running counts as failing from its start, so one that never
 // finishes fails strict health after the grace like a broken push.
 func (r *reloader) ReloadState() health.ReloadState {
-	revision, _, lastErr := r.lastReload()
+	revision, lastAttempt, lastErr := r.lastReload()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	state := health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, FailingSince: r.failingSince, Err: lastErr}
+	state := health.ReloadState{Revision: revision, LoadedAt: r.loadedAt, LastAttempt: lastAttempt, FailingSince: r.failingSince, Err: lastErr}
 	if since := r.reloadingSince; !since.IsZero() && (state.FailingSince.IsZero() || since.Before(state.FailingSince)) {
 		state.FailingSince = since
 		state.Err = fmt.Errorf("a reload started %s has not finished", since.UTC().Format(time.RFC3339))

@@ -97,6 +97,15 @@ type SecretRef struct {
 
 // QNMetric is the figure the scaler decides on.
 type QNMetric struct {
+	// Name names the figure, e.g. http_queue_length: status reasons,
+	// conditions and events say "http_queue_length 17.2 > upper 15"
+	// instead of "value 17.2 > upper 15", and qn_scaler_value carries it
+	// as its metric label. Optional; a Prometheus metric name's
+	// characters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*$`
+	Name string `json:"name,omitempty"`
 	// Query is PromQL that returns one sample or a scalar, evaluated as an
 	// instant query at every poll, e.g. sum(queue_depth{queue="orders"}).
 	// Aggregate it (sum, max) when the series could be several.

@@ -233,7 +233,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 	// good set auditing and the replica live and ready, fails strict
 	// health after the grace, and the fix clears it.
 	eventually(t, "strict health passes and lists the checks", alive(func() error {
-		return probeSays("http://"+probeAddr+"/healthz?strict=true&verbose", 200, "[+]informers ok", "[+]errors ok: ", "[+]policies ok: serving sha256:")
+		return probeSays("http://"+probeAddr+"/healthz?strict=true&verbose", 200, "[+]informers ok", "[+]errors ok: ", "[+]policies ok: serving sha256:", "[+]sync ok: informers ", "behind the API server (heartbeat Lease qn-system/qn-controller-sync.qn.dev)")
 	}))
 	broken := filepath.Join(policyDir, "broken.rego")
 	if err := os.WriteFile(broken, []byte("package t.broken\ndeny contains msg if {\n"), 0o644); err != nil {

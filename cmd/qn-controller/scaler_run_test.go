@@ -218,7 +218,7 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 	eventually(t, "/metrics carries the scaler's series", func() error {
 		return probeSays("http://"+metricsAddr+"/metrics", 200,
 			`qn_scaler_desired_replicas{scaler="orders-0",scaler_namespace="shop"} 4`,
-			`qn_scaler_value{scaler="orders-0",scaler_namespace="shop"} 40`,
+			`qn_scaler_value{metric="",scaler="orders-0",scaler_namespace="shop"} 40`,
 			`qn_scaler_query_duration_seconds_count{scaler="orders-0",scaler_namespace="shop"}`,
 			`controller_runtime_reconcile_total{controller="horizontalqnscaler",result="success"}`)
 	})

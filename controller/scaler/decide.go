@@ -16,7 +16,7 @@ import (
 type Reading struct {
 	// Value is the sample's value; meaningful only when Err is nil.
 	Value float64
-	// Text is the value as Prometheus wrote it, for status and reasons.
+	// Text is the value as status and reasons show it (FormatNumber).
 	Text string
 	// Err says why there is no value (the query failed, returned no
 	// sample, several samples, or NaN/Inf).
@@ -214,8 +214,8 @@ func Decide(in Input) Decision {
 
 	if in.Metric.Err != nil && spec.Fallback != nil && observed.MetricFailures >= spec.Fallback.FailureThreshold {
 		to := spec.Fallback.Replicas
-		reason := fmt.Sprintf("metric unavailable for %d polls in a row (%v): fallback to %d replicas (%s)",
-			observed.MetricFailures, in.Metric.Err, to, arrow(cur, to))
+		reason := fmt.Sprintf("%s unavailable for %d polls in a row (%v): fallback to %d replicas (%s)",
+			MetricNoun(spec), observed.MetricFailures, in.Metric.Err, to, arrow(cur, to))
 		if st.Stage != nil {
 			reason += "; the staged scale-up in progress is dropped"
 		}
@@ -228,10 +228,10 @@ func Decide(in Input) Decision {
 
 	if in.Metric.Err != nil {
 		if spec.Fallback != nil {
-			return hold(fmt.Sprintf("metric unavailable (%v): holding %d replicas; fallback to %d after %d failed polls in a row (%d so far)",
-				in.Metric.Err, cur, spec.Fallback.Replicas, spec.Fallback.FailureThreshold, observed.MetricFailures))
+			return hold(fmt.Sprintf("%s unavailable (%v): holding %d replicas; fallback to %d after %d failed polls in a row (%d so far)",
+				MetricNoun(spec), in.Metric.Err, cur, spec.Fallback.Replicas, spec.Fallback.FailureThreshold, observed.MetricFailures))
 		}
-		return hold(fmt.Sprintf("metric unavailable (%v): holding %d replicas (no fallback set)", in.Metric.Err, cur))
+		return hold(fmt.Sprintf("%s unavailable (%v): holding %d replicas (no fallback set)", MetricNoun(spec), in.Metric.Err, cur))
 	}
 
 	// Bounds first: a target outside them is brought inside at once.
@@ -250,9 +250,10 @@ func Decide(in Input) Decision {
 	if value == "" {
 		value = FormatNumber(in.Metric.Value)
 	}
+	value = figure(spec) + " " + value
 	switch {
 	case in.Metric.Value > upper:
-		above := fmt.Sprintf("value %s > upper %s", value, FormatNumber(upper))
+		above := fmt.Sprintf("%s > upper %s", value, FormatNumber(upper))
 		if cur >= spec.MaxReplicas {
 			d := hold(fmt.Sprintf("%s, but the target is at maxReplicas %d", above, spec.MaxReplicas))
 			d.Limit, d.LimitMessage = LimitTooMany, fmt.Sprintf("the rule asks for more than maxReplicas %d", spec.MaxReplicas)
@@ -286,7 +287,7 @@ func Decide(in Input) Decision {
 		return d
 
 	case in.Metric.Value < lower:
-		below := fmt.Sprintf("value %s < lower %s", value, FormatNumber(lower))
+		below := fmt.Sprintf("%s < lower %s", value, FormatNumber(lower))
 		if cur <= spec.MinReplicas {
 			d := hold(fmt.Sprintf("%s, but the target is at minReplicas %d", below, spec.MinReplicas))
 			d.Limit, d.LimitMessage = LimitTooFew, fmt.Sprintf("the rule asks for fewer than minReplicas %d", spec.MinReplicas)
@@ -315,7 +316,24 @@ func Decide(in Input) Decision {
 		}
 		return d
 	}
-	return hold(fmt.Sprintf("value %s within [lower %s, upper %s]: holding %d replicas", value, FormatNumber(lower), FormatNumber(upper), cur))
+	return hold(fmt.Sprintf("%s within [lower %s, upper %s]: holding %d replicas", value, FormatNumber(lower), FormatNumber(upper), cur))
+}
+
+// figure is what reasons call the value: qnMetric.name, else "value".
+func figure(spec *qnv1alpha1.HorizontalQNScalerSpec) string {
+	if spec.QNMetric.Name != "" {
+		return spec.QNMetric.Name
+	}
+	return "value"
+}
+
+// MetricNoun is what messages call the metric: "metric" and its
+// qnMetric.name when it has one.
+func MetricNoun(spec *qnv1alpha1.HorizontalQNScalerSpec) string {
+	if spec.QNMetric.Name != "" {
+		return "metric " + spec.QNMetric.Name
+	}
+	return "metric"
 }
 
 // decideStage moves a staged scale-up on: abandoned when someone else
@@ -452,9 +470,14 @@ func negate(op qnv1alpha1.AbortOperator) string {
 	return "?"
 }
 
-// FormatNumber writes v the shortest way that reads back as v, in plain
-// decimals unless it is very large or very small.
+// FormatNumber writes v to 12 significant digits, the shortest way, in
+// plain decimals unless it is very large or very small: binary floating
+// point's noise (a rate of 0.1+0.2 is 0.30000000000000004) is not shown,
+// a figure's real digits are.
 func FormatNumber(v float64) string {
+	if r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 12, 64), 64); err == nil {
+		v = r
+	}
 	if a := math.Abs(v); a != 0 && (a < 1e-4 || a >= 1e15) {
 		return strconv.FormatFloat(v, 'g', -1, 64)
 	}

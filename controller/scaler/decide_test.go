@@ -75,6 +75,23 @@ func TestDecide(t *testing.T) {
 					}
 				}},
 		},
+		"a named figure is called by its qnMetric.name": {
+			spec:     func(s *qnv1alpha1.HorizontalQNScalerSpec) { s.QNMetric.Name = "http_queue_length" },
+			replicas: 4, metric: Read(17.2),
+			want: want{action: qnv1alpha1.ActionScaleUp, replicas: 6, reason: "=http_queue_length 17.2 > upper 15: +2 replicas (4 → 6)"},
+		},
+		"a named figure that cannot be read is named": {
+			spec:     func(s *qnv1alpha1.HorizontalQNScalerSpec) { s.QNMetric.Name = "http_queue_length" },
+			replicas: 4, metric: Reading{Err: errDown},
+			want: want{action: qnv1alpha1.ActionHold, replicas: 4, reason: "=metric http_queue_length unavailable (query \"queue\": connection refused): holding 4 replicas (no fallback set)"},
+		},
+		"float noise is not shown: 0.1+0.2 reads 0.3": {
+			spec: func(s *qnv1alpha1.HorizontalQNScalerSpec) {
+				s.Thresholds = qnv1alpha1.Thresholds{Upper: resource.MustParse("0.5"), Lower: resource.MustParse("0.2")}
+			},
+			replicas: 4, metric: Read(noisy(0.1, 0.2)),
+			want: want{action: qnv1alpha1.ActionHold, replicas: 4, reason: "=value 0.3 within [lower 0.2, upper 0.5]: holding 4 replicas"},
+		},
 		"a value equal to upper holds: only above it scales up": {
 			replicas: 4, metric: Read(15), want: want{action: qnv1alpha1.ActionHold, replicas: 4, reason: "=value 15 within [lower 10, upper 15]: holding 4 replicas"},
 		},
@@ -441,8 +458,13 @@ func TestStagePlan(t *testing.T) {
 	}
 }
 
+// noisy adds at run time, so the sum keeps binary floating point's noise
+// (a constant expression would be exact).
+func noisy(a, b float64) float64 { return a + b }
+
 func TestFormatNumber(t *testing.T) {
-	for v, want := range map[float64]string{17.2: "17.2", 1000: "1000", 0.005: "0.005", 0: "0", -3.5: "-3.5", 1e-7: "1e-07", 2e15: "2e+15", 123456789: "123456789"} {
+	for v, want := range map[float64]string{17.2: "17.2", 1000: "1000", 0.005: "0.005", 0: "0", -3.5: "-3.5", 1e-7: "1e-07", 2e15: "2e+15", 123456789: "123456789",
+		0.30000000000000004: "0.3", 1.0000000000000002: "1", 123456.789012: "123456.789012", 2.9999999999999996e-07: "3e-07"} {
 		if got := FormatNumber(v); got != want {
 			t.Errorf("FormatNumber(%v) = %q, want %q", v, got, want)
 		}

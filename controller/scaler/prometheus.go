@@ -339,7 +339,7 @@ func (p *Prometheus) query(ctx context.Context, server Server, query string) (fl
 	case math.IsNaN(v) || math.IsInf(v, 0):
 		return 0, "", &QueryError{Kind: QueryNotANumber, Msg: fmt.Sprintf("the query returned %s: nothing to compare with the thresholds (a division by zero?)", text)}
 	}
-	return v, text, nil
+	return v, FormatNumber(v), nil
 }
 
 // unwrapURLError drops net/http's "Get <long URL>:" prefix: the URL holds

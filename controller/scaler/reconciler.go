@@ -525,9 +525,9 @@ func (r *Reconciler) setConditions(status *qnv1alpha1.HorizontalQNScalerStatus, 
 		r.setCondition(status, qnv1alpha1.ScalerScalingActive, metav1.ConditionFalse, d.Disabled, d.Reason, at)
 	case d.Action == qnv1alpha1.ActionFallback:
 		r.setCondition(status, qnv1alpha1.ScalerScalingActive, metav1.ConditionFalse, qnv1alpha1.ScalerReasonFallbackApplied,
-			fmt.Sprintf("the metric cannot be read: the target is held at the fallback's %d replicas", spec.Fallback.Replicas), at)
+			fmt.Sprintf("the %s cannot be read: the target is held at the fallback's %d replicas", MetricNoun(spec), spec.Fallback.Replicas), at)
 	case in.Metric.Err != nil:
-		r.setCondition(status, qnv1alpha1.ScalerScalingActive, metav1.ConditionFalse, qnv1alpha1.ScalerReasonFailedGetMetric, "the metric cannot be read: the scaler holds the replicas (see MetricAvailable)", at)
+		r.setCondition(status, qnv1alpha1.ScalerScalingActive, metav1.ConditionFalse, qnv1alpha1.ScalerReasonFailedGetMetric, "the "+MetricNoun(spec)+" cannot be read: the scaler holds the replicas (see MetricAvailable)", at)
 	default:
 		r.setCondition(status, qnv1alpha1.ScalerScalingActive, metav1.ConditionTrue, qnv1alpha1.ScalerReasonValidMetricFound, "the query returns a value the rule decides on", at)
 	}
@@ -541,16 +541,26 @@ func (r *Reconciler) setConditions(status *qnv1alpha1.HorizontalQNScalerStatus, 
 	case in.Paused:
 		r.setCondition(status, qnv1alpha1.ScalerMetricAvailable, metav1.ConditionUnknown, qnv1alpha1.ScalerReasonNotQueried, "paused: the query does not run", at)
 	case in.Metric.Err != nil:
-		r.setCondition(status, qnv1alpha1.ScalerMetricAvailable, metav1.ConditionFalse, string(KindOf(in.Metric.Err)), in.Metric.Err.Error(), at)
+		r.setCondition(status, qnv1alpha1.ScalerMetricAvailable, metav1.ConditionFalse, string(KindOf(in.Metric.Err)), namedMessage(spec, in.Metric.Err.Error()), at)
 	default:
-		r.setCondition(status, qnv1alpha1.ScalerMetricAvailable, metav1.ConditionTrue, qnv1alpha1.ScalerReasonQuerySucceeded, "the query returns one sample", at)
+		r.setCondition(status, qnv1alpha1.ScalerMetricAvailable, metav1.ConditionTrue, qnv1alpha1.ScalerReasonQuerySucceeded, namedMessage(spec, "the query returns one sample"), at)
 	}
+}
+
+// namedMessage prefixes a message about the metric with qnMetric.name,
+// when the scaler names its figure.
+func namedMessage(spec *qnv1alpha1.HorizontalQNScalerSpec, msg string) string {
+	if spec.QNMetric.Name == "" {
+		return msg
+	}
+	return spec.QNMetric.Name + ": " + msg
 }
 
 // writeStatus writes status when something a reader acts on changed, or
 // when the stored one is older than StatusRefresh; a value that merely
 // moved waits, so 1,000 scalers do not write 1,000 statuses per interval.
 func (r *Reconciler) writeStatus(ctx context.Context, s *qnv1alpha1.HorizontalQNScaler, status *qnv1alpha1.HorizontalQNScalerStatus, now time.Time) error {
+	r.metrics.setAbleToScale(client.ObjectKeyFromObject(s), meta.FindStatusCondition(status.Conditions, qnv1alpha1.ScalerAbleToScale))
 	if equality.Semantic.DeepEqual(&s.Status, status) {
 		return nil
 	}
@@ -652,7 +662,7 @@ func (r *Reconciler) record(s *qnv1alpha1.HorizontalQNScaler, spec *qnv1alpha1.H
 	}
 	if in.Metric.Err != nil && !in.Paused {
 		if c := meta.FindStatusCondition(prev.Conditions, qnv1alpha1.ScalerMetricAvailable); c == nil || c.Status != metav1.ConditionFalse {
-			r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, qnv1alpha1.ScalerEventMetricUnavailable, "Query", "%v", in.Metric.Err)
+			r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, qnv1alpha1.ScalerEventMetricUnavailable, "Query", "%s", namedMessage(spec, in.Metric.Err.Error()))
 		}
 	}
 	if len(others) > 0 {
@@ -675,7 +685,7 @@ func (r *Reconciler) observe(key types.NamespacedName, spec *qnv1alpha1.Horizont
 	available := 0.0
 	if in.Metric.Err == nil {
 		available = 1
-		r.metrics.value.WithLabelValues(key.Namespace, key.Name).Set(in.Metric.Value)
+		r.metrics.setValue(key, spec.QNMetric.Name, in.Metric.Value)
 	}
 	r.metrics.metricAvailable.WithLabelValues(key.Namespace, key.Name).Set(available)
 }

@@ -76,7 +76,7 @@ func TestAboveUpperScalesUpByTheStepWithinTwoPollingIntervals(t *testing.T) {
 	if got := testutil.ToFloat64(h.reconciler.metrics.desired.WithLabelValues(s.ns, "web")); got != 6 {
 		t.Errorf("qn_scaler_desired_replicas = %v, want 6", got)
 	}
-	if got := testutil.ToFloat64(h.reconciler.metrics.value.WithLabelValues(s.ns, "web")); got != 17.2 {
+	if got := testutil.ToFloat64(h.reconciler.metrics.value.WithLabelValues(s.ns, "web", "")); got != 17.2 {
 		t.Errorf("qn_scaler_value = %v, want 17.2", got)
 	}
 }
@@ -691,4 +691,36 @@ func findCondition(sc *qnv1alpha1.HorizontalQNScaler, typ string) *metav1.Condit
 		}
 	}
 	return nil
+}
+
+// A scaler that names its figure (qnMetric.name) is told in that name:
+// its decision's reason, its event and qn_scaler_value's metric label.
+func TestANamedFigureIsCalledByItsNameInStatusEventsAndMetrics(t *testing.T) {
+	t.Parallel()
+	h := startControlPlane(t)
+	s := h.scenario(t)
+	s.startTarget(17.2, 4)
+	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) {
+		sc.Spec.QNMetric.Name = "http_queue_length"
+		sc.Spec.PollingIntervalSeconds = 3
+		sc.Spec.ScaleUpCooldownSeconds = int32p(600)
+	}))
+	s.waitForReplicas("web", 6, 30*time.Second)
+	const reason = "http_queue_length 17.2 > upper 15: +2 replicas (4 → 6)"
+	sc := s.waitForCondition("web", qnv1alpha1.ScalerMetricAvailable, metav1.ConditionTrue, qnv1alpha1.ScalerReasonQuerySucceeded, 10*time.Second)
+	if d := sc.Status.LastDecision; d == nil || d.Reason != reason {
+		t.Errorf("lastDecision = %+v, want the reason %q", d, reason)
+	}
+	if c := findCondition(sc, qnv1alpha1.ScalerMetricAvailable); c == nil || !strings.HasPrefix(c.Message, "http_queue_length: ") {
+		t.Errorf("MetricAvailable = %+v, want its message to name the figure", c)
+	}
+	testharness.WaitFor(t, 10*time.Second, "a ScaledUp event naming the figure", func() error {
+		if ev := s.events("web"); !slices.Contains(ev, "ScaledUp: "+reason) {
+			return fmt.Errorf("events %q", ev)
+		}
+		return nil
+	})
+	if got := testutil.ToFloat64(h.reconciler.metrics.value.WithLabelValues(s.ns, "web", "http_queue_length")); got != 17.2 {
+		t.Errorf("qn_scaler_value{metric=\"http_queue_length\"} = %v, want 17.2", got)
+	}
 }

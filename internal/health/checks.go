@@ -22,11 +22,15 @@ type StrictOptions struct {
 	// MaxErrorRatio is the largest share of failed answers over the last
 	// AnswerWindow.
 	MaxErrorRatio float64
+	// MaxSyncLag fails strict health once what a binary serves lags its
+	// source this much: qn-webhook's policies behind their directory,
+	// qn-controller's informers behind the API server (0: off).
+	MaxSyncLag time.Duration
 }
 
 // DefaultStrictOptions are the flags' defaults.
 func DefaultStrictOptions() StrictOptions {
-	return StrictOptions{ReloadGrace: 2 * time.Minute, MaxErrorRatio: 0.005}
+	return StrictOptions{ReloadGrace: 2 * time.Minute, MaxErrorRatio: 0.005, MaxSyncLag: 5 * time.Second}
 }
 
 // AddFlags binds the thresholds to fs, with the same names in both
@@ -35,6 +39,7 @@ func (o *StrictOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReloadGrace, "strict-reload-grace", o.ReloadGrace, "How long policy reloads may fail (the last good set serving) before /healthz?strict=true fails.")
 	fs.DurationVar(&o.MaxPolicyAge, "strict-max-policy-age", o.MaxPolicyAge, "With --policy-dir, fail /healthz?strict=true when the served set was loaded longer ago than this (0: off); for publishers on a schedule.")
 	fs.Float64Var(&o.MaxErrorRatio, "strict-max-error-ratio", o.MaxErrorRatio, "Largest share of the last 10s's answers (admission answers from onError or our own failure; failed reconciles) before /healthz?strict=true fails.")
+	fs.DurationVar(&o.MaxSyncLag, "strict-max-sync-lag", o.MaxSyncLag, "Fail /healthz?strict=true once what is served lags its source this much: qn-webhook's policies behind a changed --policy-dir not yet reloaded, qn-controller's informers behind the API server (a heartbeat Lease read back through a watch); 0 turns it off.")
 }
 
 // Validate names the first threshold that cannot work.
@@ -46,6 +51,8 @@ func (o StrictOptions) Validate() error {
 		return fmt.Errorf("--strict-max-policy-age must not be negative, got %s", o.MaxPolicyAge)
 	case o.MaxErrorRatio < 0 || o.MaxErrorRatio > 1:
 		return fmt.Errorf("--strict-max-error-ratio must be between 0 and 1, got %g", o.MaxErrorRatio)
+	case o.MaxSyncLag != 0 && o.MaxSyncLag < time.Second:
+		return fmt.Errorf("--strict-max-sync-lag must be 0 (off) or at least 1s, got %s", o.MaxSyncLag)
 	}
 	return nil
 }
@@ -55,6 +62,8 @@ type ReloadState struct {
 	// Revision is the set being served and LoadedAt when it was loaded.
 	Revision string
 	LoadedAt time.Time
+	// LastAttempt is when the newest reload, whatever its outcome, began.
+	LastAttempt time.Time
 	// FailingSince is when the reloads started failing (zero while the
 	// newest content is served) and Err the latest failure.
 	FailingSince time.Time

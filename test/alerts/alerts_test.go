@@ -26,8 +26,37 @@ var promql = parser.NewParser(parser.Options{})
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // loadRules parses the chart's rules as Prometheus does a rule file:
-// unknown fields, invalid expressions, labels or templates are errors.
+// unknown fields, invalid expressions, labels or templates are errors. It
+// returns the alerts by name; the recording rules are in recordingRules.
 func loadRules(t *testing.T) map[string]rulefmt.Rule {
+	t.Helper()
+	byName := map[string]rulefmt.Rule{}
+	for _, g := range parseRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				byName[r.Alert] = r
+			}
+		}
+	}
+	return byName
+}
+
+// recordingRules are the chart's recording rules, in the order of their
+// groups (Prometheus evaluates a group's rules in order).
+func recordingRules(t *testing.T) []rulefmt.Rule {
+	t.Helper()
+	var out []rulefmt.Rule
+	for _, g := range parseRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func parseRules(t *testing.T) *rulefmt.RuleGroups {
 	t.Helper()
 	groups, errs := rulefmt.ParseFile(filepath.Join("testdata", "rules.yaml"), false, model.UTF8Validation, promql, quietLogger())
 	for _, err := range errs {
@@ -36,16 +65,14 @@ func loadRules(t *testing.T) map[string]rulefmt.Rule {
 	if len(errs) > 0 {
 		t.FailNow()
 	}
-	byName := map[string]rulefmt.Rule{}
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
-			if r.Alert == "" {
-				t.Errorf("group %s: a rule without an alert name (recording rules are not expected)", g.Name)
+			if (r.Alert == "") == (r.Record == "") {
+				t.Fatalf("group %s: a rule that is neither an alert nor a recording rule", g.Name)
 			}
-			byName[r.Alert] = r
 		}
 	}
-	return byName
+	return groups
 }
 
 // The labels every series of the release's webhook and controller carry
@@ -111,6 +138,29 @@ var scenarios = map[string]map[string]scenario{
 		"denials are not errors": {series: lines(
 			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="denied",code="403"} 0+50x40`,
 			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="allowed",code="200"} 0+50x40`), after: 10 * time.Minute},
+	},
+	"QnAdmissionErrorBudgetBurnFast": {
+		// 1,000 answers every 30s; the budget is 0.05 %, the fast burn 12
+		// times it (0.6 %).
+		"1 % errors for 20 minutes": {series: lines(
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="allowed",code="200"} 0+990x80`,
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="error",code="500"} 0+10x80`), after: 20 * time.Minute, firing: true},
+		"0.1 % errors for an hour: burning, but slowly": {series: lines(
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="allowed",code="200"} 0+999x130`,
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="error",code="500"} 0+1x130`), after: time.Hour},
+		"a burst of errors that stopped 10 minutes ago": {series: lines(
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="allowed",code="200"} 0+990x20 19800+1000x40`,
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="error",code="500"} 0+10x20 200x40`), after: 30 * time.Minute},
+		"no traffic at all": {series: `qn_admission_requests_total{` + web + `,webhook="validate",role="default",decision="allowed",code="200"} 0x80`, after: 20 * time.Minute},
+	},
+	"QnAdmissionErrorBudgetBurnSlow": {
+		// The slow burn: twice the budget (0.1 %) over 6h and 30m.
+		"0.2 % errors for 2 hours": {series: lines(
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="allowed",code="200"} 0+998x250`,
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="error",code="500"} 0+2x250`), after: 2 * time.Hour, firing: true},
+		"0.05 % errors, the budget's own rate": {series: lines(
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="allowed",code="200"} 0+1999x250`,
+			`qn_admission_requests_total{`+web+`,webhook="validate",role="default",decision="error",code="500"} 0+1x250`), after: 2 * time.Hour},
 	},
 	"QnAdmissionPolicyEvalErrors": {
 		"a role's evaluations keep failing": {series: `qn_admission_policy_eval_errors_total{` + web + `,role="batch"} 0+1x40`, after: 10 * time.Minute, firing: true},
@@ -197,6 +247,39 @@ var scenarios = map[string]map[string]scenario{
 		"maxUnhealthy exceeded for 10 minutes": {series: `qn_controller_remediation_blocked{` + ctl + `,policy="edge"} 1x40`, after: 10 * time.Minute, firing: true},
 		"exceeded for 2 minutes, then not":     {series: `qn_controller_remediation_blocked{` + ctl + `,policy="edge"} 1x4 0x36`, after: 10 * time.Minute},
 	},
+	"QnAdmissionShadowDisagreements": {
+		"the candidate refuses what the served set admits": {series: `qn_admission_shadow_disagreements_total{` + web + `,role="default",from="allowed",to="denied"} 0+1x40`, after: 10 * time.Minute, firing: true},
+		"no disagreement in the last hour":                 {series: `qn_admission_shadow_disagreements_total{` + web + `,role="default",from="allowed",to="denied"} 0+1x10 10x150`, after: 75 * time.Minute},
+	},
+	"QnControllerQuantumNodesFailed": {
+		"a node Failed for 20 minutes":     {series: lines(`qn_controller_quantumnodes{`+ctl+`,phase="Failed"} 1x50`, `qn_controller_quantumnodes{`+ctl+`,phase="Ready"} 9x50`), after: 20 * time.Minute, firing: true},
+		"Failed for 5 minutes, then fixed": {series: `qn_controller_quantumnodes{` + ctl + `,phase="Failed"} 1x10 0x40`, after: 20 * time.Minute},
+		"every node Ready":                 {series: lines(`qn_controller_quantumnodes{`+ctl+`,phase="Failed"} 0x50`, `qn_controller_quantumnodes{`+ctl+`,phase="Ready"} 10x50`), after: 20 * time.Minute},
+	},
+	"QnControllerQuantumNodesNonCompliant": {
+		"nodes violate the policies for 40 minutes": {series: `qn_controller_quantumnodes_policy{` + ctl + `,verdict="PolicyViolation"} 3x90`, after: 40 * time.Minute, firing: true},
+		"a rule fails to evaluate for 40 minutes":   {series: `qn_controller_quantumnodes_policy{` + ctl + `,verdict="PolicyError"} 1x90`, after: 40 * time.Minute, firing: true},
+		"every node compliant or exempt": {series: lines(`qn_controller_quantumnodes_policy{`+ctl+`,verdict="Compliant"} 9x90`, `qn_controller_quantumnodes_policy{`+ctl+`,verdict="Exempt"} 1x90`,
+			`qn_controller_quantumnodes_policy{`+ctl+`,verdict="PolicyViolation"} 0x90`), after: 40 * time.Minute},
+	},
+	"QnControllerRemediationsFailing": {
+		"restarts keep failing": {series: lines(`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Started"} 0+1x60`,
+			`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Failed"} 0+1x60`), after: 25 * time.Minute, firing: true},
+		"a step abandoned": {series: `qn_controller_remediations_total{` + ctl + `,action="Rebuild",result="Abandoned"} 0x10 1x50`, after: 25 * time.Minute, firing: true},
+		"restarts succeed": {series: lines(`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Started"} 0+1x60`,
+			`qn_controller_remediations_total{`+ctl+`,action="Restart",result="Succeeded"} 0+1x60`, `qn_controller_remediations_total{`+ctl+`,action="Restart",result="Failed"} 0x60`), after: 25 * time.Minute},
+	},
+	"QnControllerRollbacks": {
+		"a change rolled back":        {series: `qn_controller_rollbacks_total{` + ctl + `,performed="true"} 0x10 1x20`, after: 10 * time.Minute, firing: true},
+		"a rollback only reported":    {series: `qn_controller_rollbacks_total{` + ctl + `,performed="false"} 0x10 1x20`, after: 10 * time.Minute, firing: true},
+		"none in the last hour":       {series: `qn_controller_rollbacks_total{` + ctl + `,performed="true"} 0x5 1x200`, after: 90 * time.Minute},
+		"no rollback since the start": {series: `qn_controller_rollbacks_total{` + ctl + `,performed="true"} 0x40`, after: 15 * time.Minute},
+	},
+	"QnScalerUnableToScale": {
+		"no target for 15 minutes":  {series: `qn_scaler_able_to_scale{` + ctl + `,scaler_namespace="shop",scaler="orders"} 0x40`, after: 15 * time.Minute, firing: true},
+		"able to scale":             {series: `qn_scaler_able_to_scale{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x40`, after: 15 * time.Minute},
+		"a failed write, then fine": {series: `qn_scaler_able_to_scale{` + ctl + `,scaler_namespace="shop",scaler="orders"} 1x10 0x4 1x26`, after: 15 * time.Minute},
+	},
 	"QnControllerStrictHealthFailing": {
 		"the policies check fails":                    {series: `qn_health_check_failing{` + ctl + `,check="policies"} 1x40`, after: 10 * time.Minute, firing: true},
 		"the webhook's check is not the controller's": {series: `qn_health_check_failing{` + web + `,check="policies"} 1x40`, after: 10 * time.Minute},
@@ -227,6 +310,7 @@ func TestEveryAlertHasScenarios(t *testing.T) {
 
 func TestAlertsFireWhenTheyShould(t *testing.T) {
 	defined := loadRules(t)
+	recorded := recordingRules(t)
 	for alert, cases := range scenarios {
 		rule, ok := defined[alert]
 		if !ok {
@@ -234,7 +318,7 @@ func TestAlertsFireWhenTheyShould(t *testing.T) {
 		}
 		for name, sc := range cases {
 			t.Run(alert+"/"+name, func(t *testing.T) {
-				if got := firing(t, rule, sc); got != sc.firing {
+				if got := firing(t, rule, recorded, sc); got != sc.firing {
 					t.Errorf("firing = %v after %s, want %v\nexpr: %s\nseries:\n%s", got, sc.after, sc.firing, rule.Expr, sc.series)
 				}
 			})
@@ -243,8 +327,10 @@ func TestAlertsFireWhenTheyShould(t *testing.T) {
 }
 
 // firing evaluates rule every 30s over the scenario's series, as the rule
-// manager would, and says whether the alert is firing at the end.
-func firing(t *testing.T, rule rulefmt.Rule, sc scenario) bool {
+// manager would, after the recording rules it may read (their samples
+// written back, as Prometheus writes them), and says whether the alert is
+// firing at the end.
+func firing(t *testing.T, rule rulefmt.Rule, recorded []rulefmt.Rule, sc scenario) bool {
 	t.Helper()
 	storage := promqltest.LoadedStorage(t, "load 30s\n"+indent(sc.series))
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000)
@@ -254,9 +340,37 @@ func firing(t *testing.T, rule rulefmt.Rule, sc scenario) bool {
 	}
 	ar := rules.NewAlertingRule(rule.Alert, expr, time.Duration(rule.For), 0,
 		labels.FromMap(rule.Labels), labels.FromMap(rule.Annotations), labels.EmptyLabels(), "", false, quietLogger())
+	var records []*rules.RecordingRule
+	for _, r := range recorded {
+		if !strings.Contains(rule.Expr, r.Record) {
+			continue
+		}
+		e, err := promql.ParseExpr(r.Expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		records = append(records, rules.NewRecordingRule(r.Record, e, labels.FromMap(r.Labels)))
+	}
 	query := rules.EngineQueryFunc(engine, storage)
+	ctx := context.Background()
 	for at := time.Duration(0); at <= sc.after; at += 30 * time.Second {
-		if _, err := ar.Eval(context.Background(), 0, time.Unix(0, 0).Add(at), query, nil, 0); err != nil {
+		ts := time.Unix(0, 0).Add(at)
+		for _, rr := range records {
+			vec, err := rr.Eval(ctx, 0, ts, query, nil, 0)
+			if err != nil {
+				t.Fatalf("record %s at %s: %v", rr.Name(), at, err)
+			}
+			app := storage.Appender(ctx)
+			for _, s := range vec {
+				if _, err := app.Append(0, s.Metric, ts.UnixMilli(), s.F); err != nil {
+					t.Fatalf("write %s at %s: %v", rr.Name(), at, err)
+				}
+			}
+			if err := app.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ar.Eval(ctx, 0, ts, query, nil, 0); err != nil {
 			t.Fatalf("evaluate at %s: %v", at, err)
 		}
 	}
@@ -324,14 +438,30 @@ func known(names map[string]bool, series string) bool {
 	return false
 }
 
+// recordedName matches a recorded series' name (level:metric:operations).
+var recordedName = regexp.MustCompile(`\b[a-z_]+:[a-z_]+:[a-z_0-9]+`)
+
 func TestAlertsReadOnlySeriesTheBinariesExport(t *testing.T) {
 	names := exported(t)
-	for name, rule := range loadRules(t) {
-		for _, series := range qnMetric.FindAllString(rule.Expr, -1) {
+	recorded := map[string]bool{}
+	check := func(name, expr string) {
+		for _, r := range recordedName.FindAllString(expr, -1) {
+			if !recorded[r] {
+				t.Errorf("%s reads %s, which no recording rule before it records", name, r)
+			}
+		}
+		for _, series := range qnMetric.FindAllString(recordedName.ReplaceAllString(expr, ""), -1) {
 			if !known(names, series) {
 				t.Errorf("%s reads %s, which no binary exports", name, series)
 			}
 		}
+	}
+	for _, r := range recordingRules(t) {
+		check(r.Record, r.Expr)
+		recorded[r.Record] = true
+	}
+	for name, rule := range loadRules(t) {
+		check(name, rule.Expr)
 	}
 }
 

@@ -185,7 +185,8 @@ role table's ValidatingAdmissionPolicy reads: "chart" for the bundled
 policies (the chart's copy of qnctl vap's output), "controller" for a
 configMap source (qn-controller compiles it from the ConfigMap it follows,
 --role-table), or nothing, and then no policy is rendered: mode off, a
-gitSync source (only qn-webhook reads the checkout), or no qn-controller.
+gitSync source (qn-controller's checkout feeds its audit; it is given no
+--role-table for it), or no qn-controller.
 */}}
 {{- define "qn-admission.admissionPolicy.params" -}}
 {{- if ne .Values.admissionPolicy.mode "off" -}}

@@ -20,13 +20,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -105,6 +108,12 @@ func (p *Program) Start(ctx context.Context) error {
 	return nil
 }
 
+// withSyncPeriod sets the informers' resync period (--sync-period).
+func withSyncPeriod(c cache.Options, d time.Duration) cache.Options {
+	c.SyncPeriod = &d
+	return c
+}
+
 // buildManager connects to the API server and creates the manager: the
 // shared informer cache, leader election, and the metrics server.
 func (p *Program) buildManager(ctx context.Context) error {
@@ -119,7 +128,7 @@ func (p *Program) buildManager(ctx context.Context) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
-		Cache:   controller.CacheOptions(),
+		Cache:   withSyncPeriod(controller.CacheOptions(), o.SyncPeriod),
 		Metrics: metricsserver.Options{BindAddress: o.MetricsAddress},
 		// The probes are ours (internal/health, buildProbes), so that
 		// both binaries answer /healthz?strict=true alike.
@@ -148,7 +157,34 @@ func (p *Program) buildManager(ctx context.Context) error {
 	}}, health.Check{
 		Name: "errors", Strict: p.Answers.RatioCheck(o.Strict.MaxErrorRatio), Detail: p.Answers.Detail,
 	})
-	return nil
+	return p.buildSyncLag()
+}
+
+// buildSyncLag measures the informers' lag behind the API server on every
+// replica (--strict-max-sync-lag): a strict check and
+// qn_controller_sync_lag_seconds.
+func (p *Program) buildSyncLag() error {
+	o := p.Options
+	ns := o.LeaderElectionNamespace
+	if ns == "" {
+		ns = podNamespace()
+	}
+	if o.Strict.MaxSyncLag == 0 || ns == "" {
+		return nil // off, or outside a Pod without a namespace to write in
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("sync lag: %w", err)
+	}
+	lag, err := newSyncLag(p.Config, ns, hostname, o.Strict.MaxSyncLag/5, clock.RealClock{})
+	if err != nil {
+		return err
+	}
+	if err := ctrlmetrics.Registry.Register(syncLagMetric(lag)); err != nil {
+		return fmt.Errorf("register qn_controller_sync_lag_seconds: %w", err)
+	}
+	p.Checks = append(p.Checks, health.Check{Name: "sync", Strict: lag.Check(o.Strict.MaxSyncLag), Detail: lag.Detail})
+	return p.Manager.Add(everyReplica(lag.Run))
 }
 
 // requireCRD fails at once when the API server does not serve

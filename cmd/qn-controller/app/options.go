@@ -46,6 +46,12 @@ type Options struct {
 	// API server (client-go's token bucket).
 	KubeAPIQPS   float32
 	KubeAPIBurst int
+	// KubeAPITimeout bounds one request to the API server, watches
+	// excepted (requestTimeout).
+	KubeAPITimeout time.Duration
+	// SyncPeriod is how often the informers' caches are resynced: every
+	// cached object handed to the controllers again, as if it changed.
+	SyncPeriod time.Duration
 
 	// Audit turns the background audit on: every stored QuantumNode is
 	// judged with the admission policies (PolicyCompliant condition,
@@ -107,8 +113,13 @@ func NewOptions(getenv func(string) string) *Options {
 		LogFormat:               "json",
 		LogLevel:                "info",
 		// controller-runtime's defaults, stated so the flags show them.
-		KubeAPIQPS:         20,
-		KubeAPIBurst:       30,
+		KubeAPIQPS:     20,
+		KubeAPIBurst:   30,
+		KubeAPITimeout: 30 * time.Second,
+		// controller-runtime's default, stated: status is level-triggered
+		// and every input is watched, so a resync only guards against a
+		// missed event.
+		SyncPeriod:         10 * time.Hour,
 		Audit:              true,
 		PolicyPollInterval: 10 * time.Second,
 		PolicyEvalTimeout:  time.Second,
@@ -145,6 +156,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Lowest level logged: debug, info, warn or error.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second the client may send the API server (sustained).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Requests the client may send the API server in a burst above --kube-api-qps.")
+	fs.DurationVar(&o.KubeAPITimeout, "kube-api-timeout", o.KubeAPITimeout, "Deadline of one request to the API server, its answer read (watches excepted: the API server ends those); 0: none.")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "How often the informers hand every cached object to the controllers again (a resync), besides the watch events.")
 	fs.BoolVar(&o.Audit, "audit", o.Audit, "Judge every stored QuantumNode with the admission policies: PolicyCompliant condition, Warning events, PolicyReports.")
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Policy directory qn-webhook serves (roles.yaml, *.rego, data.json), hot-reloaded; empty audits with the bundled policies.")
 	fs.DurationVar(&o.PolicyPollInterval, "policy-poll-interval", o.PolicyPollInterval, "How often --policy-dir is re-checked, besides file-system events.")
@@ -176,6 +189,10 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.KubeAPIQPS)
 	case o.KubeAPIBurst < 1:
 		return fmt.Errorf("--kube-api-burst must be at least 1, got %d", o.KubeAPIBurst)
+	case o.KubeAPITimeout < 0:
+		return fmt.Errorf("--kube-api-timeout must be 0 (none) or positive, got %s", o.KubeAPITimeout)
+	case o.SyncPeriod < time.Minute:
+		return fmt.Errorf("--sync-period must be at least 1m (every resync hands every cached object to the controllers), got %s", o.SyncPeriod)
 	case o.PolicyPollInterval <= 0:
 		return fmt.Errorf("--policy-poll-interval must be positive, got %s", o.PolicyPollInterval)
 	case o.PolicyEvalTimeout <= 0:
@@ -246,5 +263,6 @@ func (o *Options) RESTConfig() (*rest.Config, error) {
 	}
 	cfg.UserAgent = "qn-controller"
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	cfg.Wrap(requestTimeout(o.KubeAPITimeout))
 	return cfg, nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -103,6 +104,23 @@ func TestFlags(t *testing.T) {
 					t.Errorf("options = %+v", o)
 				}
 			},
+		},
+		"the client's timeout and the caches' resync period land in their fields, 30s and 10h by default": {
+			args: []string{"--kube-api-timeout=45s", "--sync-period=1h"},
+			check: func(t *testing.T, o *Options) {
+				if o.KubeAPITimeout != 45*time.Second || o.SyncPeriod != time.Hour {
+					t.Errorf("timeout %s, sync period %s", o.KubeAPITimeout, o.SyncPeriod)
+				}
+				if d := NewOptions(env(false)); d.KubeAPITimeout != 30*time.Second || d.SyncPeriod != 10*time.Hour {
+					t.Errorf("defaults: timeout %s, sync period %s", d.KubeAPITimeout, d.SyncPeriod)
+				}
+			},
+		},
+		"a negative request timeout is refused": {
+			args: []string{"--kube-api-timeout=-1s"}, wantErr: "--kube-api-timeout must be 0 (none) or positive",
+		},
+		"a resync every few seconds is refused": {
+			args: []string{"--sync-period=5s"}, wantErr: "--sync-period must be at least 1m",
 		},
 		"a client that may send nothing is refused": {
 			args: []string{"--kube-api-qps=0"}, wantErr: "--kube-api-qps must be positive",

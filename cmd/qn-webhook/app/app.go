@@ -30,9 +30,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
 
-	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/certs"
 	"github.com/quantumnode/qn-admission/internal/batchwrite"
 	"github.com/quantumnode/qn-admission/internal/cpupressure"
@@ -40,7 +39,6 @@ import (
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/pattern"
-	"github.com/quantumnode/qn-admission/policies/scalerspec"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 	"github.com/quantumnode/qn-admission/webhook"
@@ -256,6 +254,13 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 		Name: "errors", Strict: p.Answers.RatioCheck(o.Strict.MaxErrorRatio), Detail: p.Answers.Detail,
 	})
 	p.Tasks = append(p.Tasks, Task{Name: "policy watcher", Run: func(ctx context.Context) error { return source.Run(ctx, p.Engine) }})
+	if o.PolicyDir != "" && o.Strict.MaxSyncLag > 0 {
+		lag := newSourceLag(o.PolicyDir, source.ReloadState, clock.RealClock{})
+		lag.Sample()
+		p.Registry.MustRegister(sourceLagMetric(lag))
+		p.Checks = append(p.Checks, health.Check{Name: "sync", Strict: lag.Check(o.Strict.MaxSyncLag), Detail: lag.Detail})
+		p.Tasks = append(p.Tasks, Task{Name: "policy sync lag", Run: func(ctx context.Context) error { return lag.Run(ctx, o.Strict.MaxSyncLag/5) }})
+	}
 	p.guardEvaluationMemory()
 	return nil
 }
@@ -351,7 +356,7 @@ func (p *Program) buildShadow(ctx context.Context) error {
 	}
 	p.Checks = append(p.Checks, health.Check{Name: "shadow", Detail: func() string {
 		if s := source.Load(); s != nil {
-			return p.Shadow.Status() + "; " + (*s).Status()
+			return p.Shadow.Status() + "; " + candidateSourceStatus(o.ShadowPolicyDir, (*s).ReloadState())
 		}
 		return p.Shadow.Status() + "; waiting for " + o.ShadowPolicyDir + " to exist"
 	}})
@@ -372,6 +377,22 @@ func (p *Program) buildShadow(ctx context.Context) error {
 	return nil
 }
 
+// candidateSourceStatus is the shadow check's word on the candidate's
+// directory: when its set was loaded and, when the newest content does
+// not load, why. Not "serving": the candidate serves nothing, and a
+// reader of /readyz?verbose takes "serving" for the served set.
+func candidateSourceStatus(dir string, st health.ReloadState) string {
+	out := "candidate loaded from " + dir
+	if !st.LoadedAt.IsZero() {
+		out += " at " + st.LoadedAt.UTC().Format(time.RFC3339)
+	}
+	if st.Err != nil {
+		out += fmt.Sprintf("; its newest content fails to load (since %s), so the candidate stays %s: %v",
+			st.FailingSince.UTC().Format(time.RFC3339), st.Revision, st.Err)
+	}
+	return out
+}
+
 // buildHandler builds the admission handler.
 func (p *Program) buildHandler(context.Context) error {
 	// QuantumNodes are judged by the policy engine (and again by the
@@ -382,9 +403,6 @@ func (p *Program) buildHandler(context.Context) error {
 	if p.Shadow != nil {
 		served = policies.Shadowed{Served: p.Engine, Shadow: p.Shadow}
 	}
-	deciders := webhook.ByKind{Default: served, Kinds: map[schema.GroupKind]webhook.Decider{
-		qnv1alpha1.ScalerGroupVersionKind.GroupKind(): scalerspec.Validator{},
-	}}
 	// Answers their callers do not read are cut at their write deadline,
 	// counted, and shown to strict health.
 	stalls := &webhook.Stalls{}
@@ -394,7 +412,7 @@ func (p *Program) buildHandler(context.Context) error {
 		Name: "qn_admission_answers_stalled_total",
 		Help: "Answers their callers did not read within --answer-write-timeout; each connection was closed. They held no review slot.",
 	}, func() float64 { return float64(stalls.Total()) }))
-	p.Handler = webhook.NewHandler(deciders, webhook.HandlerOptions{
+	p.Handler = webhook.NewHandler(webhook.Served(served), webhook.HandlerOptions{
 		MaxRequestBytes:      p.Options.MaxRequestBytes,
 		MaxRequestElements:   p.Options.MaxRequestElements,
 		MaxConcurrentReviews: p.Options.MaxConcurrentReviews,

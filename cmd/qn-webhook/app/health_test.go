@@ -38,6 +38,10 @@ func TestStrictHealthFollowsABrokenPolicyPushAndItsFix(t *testing.T) {
 	}
 	s := start(t, dir, "--policy-dir="+policyDir, "--policy-poll-interval=100ms", "--strict-reload-grace=1s")
 	s.eventuallyProbe(t, "/healthz?strict=true", 200, "ok")
+	s.eventuallyProbe(t, "/healthz?strict=true&verbose", 200, "[+]sync ok: policies 0s behind "+policyDir)
+	if _, metrics := s.probe(t, "/metrics"); !strings.Contains(metrics, "qn_admission_policy_sync_lag_seconds 0") {
+		t.Errorf("/metrics lacks qn_admission_policy_sync_lag_seconds 0")
+	}
 
 	broken := filepath.Join(policyDir, "broken.rego")
 	if err := os.WriteFile(broken, []byte("package qn.broken\ndeny contains msg if {\n"), 0o644); err != nil {
@@ -46,6 +50,11 @@ func TestStrictHealthFollowsABrokenPolicyPushAndItsFix(t *testing.T) {
 	body := s.eventuallyProbe(t, "/healthz?strict=true", http.StatusServiceUnavailable, "[-]policies failed (strict): the policy source has failed to load for")
 	if !strings.Contains(body, "broken.rego") || !strings.Contains(body, "still serving sha256:") {
 		t.Errorf("strict health names neither the broken file nor the revision still served:\n%s", body)
+	}
+	// The broken push was tried: that is the policies check's to judge,
+	// with its grace, not a sync lag.
+	if _, verbose := s.probe(t, "/healthz?strict=true&verbose"); !strings.Contains(verbose, "[+]sync ok: policies 0s behind") {
+		t.Errorf("a tried (and refused) push counts as sync lag:\n%s", verbose)
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := s.probe(t, path); code != 200 {

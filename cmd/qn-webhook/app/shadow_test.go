@@ -40,6 +40,11 @@ func TestAShadowSetThatLandsLateJudgesRequestsWithoutChangingAnswers(t *testing.
 		t.Fatal(err)
 	}
 	s.eventuallyProbe(t, "/readyz?verbose", 200, "[+]shadow ok: candidate sha256:")
+	// The candidate's source is not called "serving": the served set is.
+	s.eventuallyProbe(t, "/readyz?verbose", 200, "; candidate loaded from "+shadowDir+" at ")
+	if _, ready := s.probe(t, "/readyz?verbose"); strings.Contains(shadowLine(ready), "serving") {
+		t.Errorf("the shadow line says serving, read as the served set: %s", shadowLine(ready))
+	}
 
 	for _, uid := range []string{"a", "b", "c"} {
 		if got := s.admit(t, "/validate", review(uid, validSpec)); !got.Allowed {
@@ -72,4 +77,14 @@ func TestAShadowSetThatLandsLateJudgesRequestsWithoutChangingAnswers(t *testing.
 	if !strings.Contains(string(log), "the candidate refuses every node") {
 		t.Errorf("the decision lines lack the candidate's reason:\n%s", log)
 	}
+}
+
+// shadowLine is the shadow check's line of /readyz?verbose.
+func shadowLine(ready string) string {
+	for _, l := range strings.Split(ready, "\n") {
+		if strings.Contains(l, "]shadow ") {
+			return l
+		}
+	}
+	return ""
 }

@@ -83,13 +83,16 @@ judges the patched object, as the apiserver calls them (--webhook picks one).
 operation, the requester's rate window, which packages ran and which rule (file
 and line) produced each deny, warn and patch entry; --trace adds the Rego trace.
 
-Objects of a kind qn-webhook is not registered for (anything but a qn.dev
-QuantumNode: a Pod, a Deployment) are answered too, but the API server never
-sends them to it: they are named as not checked, and when nothing else was
-given the exit code is 2 (--allow-empty accepts that).
+A HorizontalQNScaler is judged as qn-webhook's /validate judges it (its
+PromQL queries must parse), by the validating webhook only: the chart
+registers no mutating webhook for scalers. Requests qn-webhook is not
+registered for (a Pod, a Deployment, a scaler's DELETE) are answered too,
+but the API server never sends them to it: they are named as not checked,
+and when nothing else was given the exit code is 2 (--allow-empty accepts
+that).
 
 Exit codes: 0 allowed, 1 denied, 2 usage error, bad input, a policy
-directory that does not load, or no QuantumNode among the objects.`,
+directory that does not load, or no request qn-webhook is registered for.`,
 		Example: `  # A QuantumNode created by alice, judged by the bundled policies
   qnctl eval node.yaml --user alice --group edge-ops
 
@@ -134,7 +137,7 @@ directory that does not load, or no QuantumNode among the objects.`,
 	f.BoolVar(&o.Explain, "explain", false, "Explain the decision: role, operation, window, packages, and the rule (file:line) behind each entry.")
 	f.StringVar(&o.Trace, "trace", "", "With the explanation, print the Rego trace: full, fails or notes (implies --explain).")
 	f.Lookup("trace").NoOptDefVal = "full"
-	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "Exit by the answers even when no object is a QuantumNode (the kinds qn-webhook is not registered for are never sent to it).")
+	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "Exit by the answers even when no request is one qn-webhook is registered for (the API server never sends it the others).")
 	f.BoolVar(&o.SkipRegoTests, "skip-rego-tests", false, "Load the policies without running their Rego unit tests (qn-webhook refuses a set whose tests fail).")
 	_ = cmd.MarkFlagFilename("old", "yaml", "yml", "json")
 	_ = cmd.MarkFlagDirname("policy-dir")
@@ -246,10 +249,13 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 		if err != nil {
 			return err
 		}
-		if kind, ok := governedKind(review); !ok {
+		hooks := o.Webhook
+		if kind, registered, ok := registration(review, o.Webhook); !ok {
 			ungoverned = append(ungoverned, fmt.Sprintf("%s (%s)", input.Name, kind))
+		} else {
+			hooks = registered
 		}
-		out, err := evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: o.Webhook, Now: now, WindowCount: o.WindowCount, Explain: o.Explain})
+		out, err := evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: hooks, Now: now, WindowCount: o.WindowCount, Explain: o.Explain})
 		if err != nil {
 			return fmt.Errorf("%s: %w", input.Name, err)
 		}
@@ -260,9 +266,9 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 		return err
 	}
 	if len(ungoverned) > 0 {
-		fmt.Fprintf(s.Err, "not checked: %s: qn-webhook is registered for qn.dev QuantumNodes; the API server never sends it these objects, whatever the answers above say\n", strings.Join(ungoverned, ", "))
+		fmt.Fprintf(s.Err, "not checked: %s: %s; the API server never sends it these requests, whatever the answers above say\n", strings.Join(ungoverned, ", "), registeredFor)
 		if len(ungoverned) == len(outcomes) && !o.AllowEmpty {
-			return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was checked: no object is a QuantumNode; --allow-empty exits by the answers anyway")}
+			return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was checked: no request is one qn-webhook is registered for; --allow-empty exits by the answers anyway")}
 		}
 	}
 	for _, out := range outcomes {
@@ -487,13 +493,22 @@ func writeAnswer(tw *textWriter, a *webhookAnswer) {
 	if d.Message != "" {
 		tw.field("message", d.Message)
 	}
-	writeDetails(tw, d)
+	writeDetails(tw, d, answerIsDryRun(a))
 }
 
-// windowAfter describes the window after the request.
-func windowAfter(w *policies.WindowState) string {
-	return fmt.Sprintf("%s window: %d of %d changes per %s used after this request, %d remaining",
-		w.Key, w.Count, w.Limit, seconds(w.PeriodSeconds), w.Remaining)
+// windowAfter describes the window after the request: took says whether
+// the request took a slot (an admitted change that is no dry run); a
+// refused change and a dry run take none.
+func windowAfter(w *policies.WindowState, took, dryRun bool) string {
+	used := fmt.Sprintf("%s window: %d of %d changes per %s used", w.Key, w.Count, w.Limit, seconds(w.PeriodSeconds))
+	switch {
+	case took:
+		return fmt.Sprintf("%s after this request, %d remaining", used, w.Remaining)
+	case dryRun:
+		return fmt.Sprintf("%s; this dry run took no slot, %d remaining", used, w.Remaining)
+	default:
+		return fmt.Sprintf("%s; this refused change took no slot, %d remaining", used, w.Remaining)
+	}
 }
 
 func seconds(s float64) string {
@@ -574,19 +589,37 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// governedKind says whether a review's object is one qn-webhook's policies
-// govern (a qn.dev QuantumNode), and names its kind.
-func governedKind(review []byte) (string, bool) {
+// registeredFor says which requests the chart registers qn-webhook for
+// (charts/qn-admission/templates/webhook).
+const registeredFor = "qn-webhook is registered for qn.dev QuantumNodes, and for HorizontalQNScalers' CREATE and UPDATE by its validating webhook only"
+
+// registration says whether the chart registers qn-webhook for a review
+// (its kind and operation), names its kind, and says which of the asked
+// webhooks (both, validate, mutate) the API server would call: a
+// HorizontalQNScaler is sent to the validating webhook only, so "both"
+// asks that one.
+func registration(review []byte, asked string) (kind, hooks string, ok bool) {
 	var rev struct {
 		Request struct {
-			Kind struct{ Group, Kind string } `json:"kind"`
+			Kind      struct{ Group, Kind string } `json:"kind"`
+			Operation string                       `json:"operation"`
 		} `json:"request"`
 	}
 	_ = json.Unmarshal(review, &rev)
 	k := rev.Request.Kind
-	name := k.Kind
+	kind = k.Kind
 	if k.Group != "" {
-		name = k.Group + "/" + k.Kind
+		kind = k.Group + "/" + k.Kind
 	}
-	return name, k.Group == qnv1alpha1.Group && k.Kind == qnv1alpha1.Kind
+	switch {
+	case k.Group == qnv1alpha1.Group && k.Kind == qnv1alpha1.Kind:
+		return kind, asked, true
+	case k.Group == qnv1alpha1.Group && k.Kind == qnv1alpha1.ScalerKind:
+		op := rev.Request.Operation
+		if asked == webhookMutate || (op != "CREATE" && op != "UPDATE") {
+			return kind + " " + op, asked, false
+		}
+		return kind, webhookValidate, true
+	}
+	return kind, asked, false
 }

@@ -46,7 +46,7 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 			wantCode: exitBadInput,
 			want: []string{"validating webhook: DENIED (403 Forbidden)",
 				"not checked: stdin (Pod): qn-webhook is registered for qn.dev QuantumNodes",
-				"nothing was checked: no object is a QuantumNode; --allow-empty"},
+				"nothing was checked: no request is one qn-webhook is registered for; --allow-empty"},
 		},
 		"a Pod with --allow-empty exits by its answer": {
 			args:     []string{"-", "--webhook", "validate", "--allow-empty"},
@@ -94,7 +94,14 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 		"--window-count fills the role's window and the next change gets 429": {
 			args:     []string{valid, "--role", "strict", "--user", "alice", "--window-count", "2"},
 			wantCode: exitFailed,
-			want:     []string{"DENIED (429 TooManyRequests)", `rate window full: role "strict" allows 2 changes per 30s per namespace; namespace "demo" has made 2 in the last 30s; a slot frees in 30s`},
+			want: []string{"DENIED (429 TooManyRequests)", `rate window full: role "strict" allows 2 changes per 30s per namespace; namespace "demo" has made 2 in the last 30s; a slot frees in 30s`,
+				"window      namespace window: 2 of 2 changes per 30s used; this refused change took no slot, 0 remaining"},
+			wantNot: []string{"used after this request"},
+		},
+		"a dry run is judged against the window and takes no slot": {
+			args:     []string{valid, "--role", "strict", "--user", "alice", "--window-count", "1", "--dry-run"},
+			wantCode: exitOK,
+			want:     []string{"window      namespace window: 1 of 2 changes per 30s used; this dry run took no slot, 1 remaining"},
 		},
 		"a window with room shows what is left after the request": {
 			args:     []string{valid, "--role", "strict", "--user", "alice", "--window-count", "1"},

@@ -11,6 +11,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/window"
@@ -53,6 +54,9 @@ type webhookAnswer struct {
 	Now time.Time
 	// Explanation is set when asked for and the request reached the engine.
 	Explanation *policies.Explanation
+	// ByKind is set when the request's kind has a Decider of its own
+	// (a HorizontalQNScaler's query check) and the policies did not judge.
+	ByKind bool
 }
 
 // outcome is what the webhooks answered for one evaluation.
@@ -84,7 +88,7 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 		return nil, err
 	}
 	engine := policies.NewEngine(set, policies.EngineOptions{Windows: newPrefilledStore(r.Now, r.WindowCount)})
-	return askWebhooks(ctx, &explainingDecider{engine: engine, explain: r.Explain}, rev.Request, r.Webhook, r.Now)
+	return askWebhooks(ctx, newExplainingDecider(engine, r.Explain), rev.Request, r.Webhook, r.Now)
 }
 
 // askWebhooks asks d's webhooks about req at now as the apiserver does:
@@ -140,12 +144,17 @@ func patched(object, patch []byte) ([]byte, error) {
 	return out, nil
 }
 
-// explainingDecider is the engine as webhook.Answer sees it; when asked,
-// it explains each request first. Explain only peeks at the window, so the
+// explainingDecider is qn-webhook's Decider (webhook.Served over the
+// engine) as webhook.Answer sees it; when asked, it explains each request
+// the engine judges first. Explain only peeks at the window, so the
 // explanation is of the very decision the engine then makes.
 type explainingDecider struct {
 	engine  *policies.Engine
+	served  webhook.ByKind
 	explain bool
+	// byKind is set when the last request went to the Decider of its
+	// kind (a HorizontalQNScaler's query check), not to the policies.
+	byKind bool
 	// noWire skips encoding the response body (impact compares decisions).
 	noWire bool
 	// objects, when set, supplies each request's decoded objects, so a
@@ -155,8 +164,23 @@ type explainingDecider struct {
 	err     error
 }
 
+func newExplainingDecider(engine *policies.Engine, explain bool) *explainingDecider {
+	return &explainingDecider{engine: engine, served: webhook.Served(engine), explain: explain}
+}
+
+// ofKind is the Decider of in's kind, when its kind has one of its own.
+func (d *explainingDecider) ofKind(in *policies.Input) (webhook.Decider, bool) {
+	k := in.Facts.Kind
+	dk, ok := d.served.Kinds[schema.GroupKind{Group: k.Group, Kind: k.Kind}]
+	d.byKind = ok
+	return dk, ok
+}
+
 // Validate implements webhook.Decider.
 func (d *explainingDecider) Validate(ctx context.Context, in *policies.Input) policies.Decision {
+	if dk, ok := d.ofKind(in); ok {
+		return dk.Validate(ctx, in)
+	}
 	if d.explain {
 		d.last, d.err = d.engine.Explain(ctx, in, policies.PathValidate)
 	}
@@ -165,6 +189,9 @@ func (d *explainingDecider) Validate(ctx context.Context, in *policies.Input) po
 
 // Mutate implements webhook.Decider.
 func (d *explainingDecider) Mutate(ctx context.Context, in *policies.Input) policies.Decision {
+	if dk, ok := d.ofKind(in); ok {
+		return dk.Mutate(ctx, in)
+	}
 	if d.explain {
 		d.last, d.err = d.engine.Explain(ctx, in, policies.PathMutate)
 	}
@@ -172,7 +199,7 @@ func (d *explainingDecider) Mutate(ctx context.Context, in *policies.Input) poli
 }
 
 func (d *explainingDecider) answer(ctx context.Context, req *admissionv1.AdmissionRequest, path policies.Path, now time.Time) (*webhookAnswer, error) {
-	d.last, d.err = nil, nil
+	d.last, d.err, d.byKind = nil, nil, false
 	var rev *admissionv1.AdmissionReview
 	var dec policies.Decision
 	if objs, ok := d.decodedObjects(req); ok {
@@ -192,7 +219,7 @@ func (d *explainingDecider) answer(ctx context.Context, req *admissionv1.Admissi
 			return nil, fmt.Errorf("encode answer: %w", err)
 		}
 	}
-	return &webhookAnswer{Webhook: path.String(), Request: req, Review: rev, Decision: dec, Wire: wire, Now: now, Explanation: d.last}, nil
+	return &webhookAnswer{Webhook: path.String(), Request: req, Review: rev, Decision: dec, Wire: wire, Now: now, Explanation: d.last, ByKind: d.byKind}, nil
 }
 
 // decodedObjects are req's objects from d.objects, when it is set and

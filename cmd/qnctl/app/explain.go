@@ -299,6 +299,8 @@ func writeExplanation(tw *textWriter, p *policySet, a *webhookAnswer, trace stri
 	tw.field("policies", fmt.Sprintf("%s (revision %s)", p.Source, p.Set.Revision))
 	x := a.Explanation
 	switch {
+	case a.ByKind:
+		tw.field("judged", "by the check of its kind, not by the policies: every PromQL query of a HorizontalQNScaler (qnMetric.query, each stage's abortWhen) must parse with Prometheus' parser")
 	case x == nil:
 		tw.field("refused", "before any policy ran: the webhook found the request malformed")
 	case x.Exempt != "":
@@ -306,7 +308,7 @@ func writeExplanation(tw *textWriter, p *policySet, a *webhookAnswer, trace stri
 	default:
 		writeRoleSteps(tw, p, x)
 	}
-	writeAnswerFields(tw, a.Decision, "answer")
+	writeAnswerFields(tw, a.Decision, "answer", answerIsDryRun(a))
 	if trace != "" && x != nil && x.Evaluated {
 		tw.line(fmt.Sprintf("  trace (%s):", trace))
 		for _, l := range strings.Split(strings.TrimRight(prettyTrace(x.Trace, trace), "\n"), "\n") {
@@ -445,18 +447,23 @@ func joinWith(list []string, last string) string {
 }
 
 // writeAnswerFields prints a decision's fields under a webhook's title.
-func writeAnswerFields(tw *textWriter, d policies.Decision, first string) {
+func writeAnswerFields(tw *textWriter, d policies.Decision, first string, dryRun bool) {
 	if d.Message != "" {
 		tw.field(first, d.Message)
 	} else {
 		tw.field(first, verdict(d))
 	}
-	writeDetails(tw, d)
+	writeDetails(tw, d, dryRun)
+}
+
+// answerIsDryRun says whether a's request is a dry run (it takes no slot).
+func answerIsDryRun(a *webhookAnswer) bool {
+	return a.Request != nil && a.Request.DryRun != nil && *a.Request.DryRun
 }
 
 // writeDetails prints warnings, unenforced denials, the window after the
 // request and the patch of a decision.
-func writeDetails(tw *textWriter, d policies.Decision) {
+func writeDetails(tw *textWriter, d policies.Decision, dryRun bool) {
 	for _, warn := range d.Warnings {
 		tw.field("warning", warn)
 	}
@@ -464,7 +471,7 @@ func writeDetails(tw *textWriter, d policies.Decision) {
 		tw.field("not enforced", wd)
 	}
 	if d.Window != nil {
-		tw.field("window", windowAfter(d.Window))
+		tw.field("window", windowAfter(d.Window, d.Allowed && !dryRun, dryRun))
 	}
 	if len(d.Patch) > 0 {
 		tw.field("patch", string(d.Patch))

@@ -99,7 +99,9 @@ func newImpactJudge(set *policies.Set, start time.Time) *impactJudge {
 	// The memory store is the server's own (qn-webhook's default), and a
 	// window.Counter: no deadline is needed around it.
 	engine := policies.NewEngine(set, policies.EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})})
-	return &impactJudge{clock: clk, decider: &explainingDecider{engine: engine, noWire: true}}
+	d := newExplainingDecider(engine, false)
+	d.noWire = true
+	return &impactJudge{clock: clk, decider: d}
 }
 
 // judge asks the webhooks about rep at its time.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -90,7 +91,9 @@ can find with file, line and a hint to fix it. Fixture files (DIR/fixtures or
 
 Warnings name what loads but cannot work as meant: a package with deny,
 warn or patch rules that no role lists (its rules never run), a pattern
-policy no role lists, a package a role lists that has no such rule, a rule
+policy no role lists (unless a comment line of its file says
+"# qnctl lint-ignore: unlisted", as the bundled example's does: a file
+kept to copy from), a package a role lists that has no such rule, a rule
 calling http.send (with --allow-network-builtins: a network round trip
 inside every admission request), and a ref the input cannot have.
 
@@ -208,7 +211,7 @@ func runLint(ctx context.Context, opts *commonOptions, o *lintOptions, dir strin
 		if _, err := fmt.Fprintf(w, "%s\n", js); err != nil {
 			return err
 		}
-	} else if err := writeLintText(w, r); err != nil {
+	} else if err := writeLintText(w, r, o.Strict); err != nil {
 		return err
 	}
 	if r.errors() > 0 || (o.Strict && len(r.Problems) > 0) {
@@ -237,7 +240,7 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source, s
 	}
 	lintInertPackages(r, set)
 	lintUnlistedPackages(r, set)
-	patterns, listedPatterns := lintUnlistedPatterns(r, fsys, set)
+	patterns, listedPatterns, examplePatterns := lintUnlistedPatterns(r, fsys, set)
 	lintNetworkCalls(r, set)
 	typeChecked := ""
 	if schema != nil {
@@ -257,9 +260,13 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source, s
 	for _, p := range policies.TestProblems(results) {
 		r.add(lintError(p))
 	}
-	r.Checked = fmt.Sprintf("%s, %s, %s, %s (%d listed by a role)%s",
+	onPurpose := ""
+	if examplePatterns > 0 {
+		onPurpose = fmt.Sprintf(", %d unlisted on purpose", examplePatterns)
+	}
+	r.Checked = fmt.Sprintf("%s, %s, %s, %s (%d listed by a role%s)%s",
 		words.Count(len(set.Roles.Roles), "role"), words.Count(len(set.Compiled.Modules()), "Rego file"), words.Count(len(results), "Rego test"),
-		words.Count(patterns, "pattern policy", "pattern policies"), listedPatterns, typeChecked)
+		words.Count(patterns, "pattern policy", "pattern policies"), listedPatterns, onPurpose, typeChecked)
 }
 
 // decisionRules are the rules whose results make a decision.
@@ -277,7 +284,7 @@ func lintUnlistedPackages(r *lintReport, set *policies.Set) {
 	warned := map[string]bool{}
 	for _, mod := range set.Compiled.Modules() {
 		pkg := rego.PackageName(mod)
-		if listed[pkg] || warned[pkg] {
+		if listed[pkg] || warned[pkg] || unlistedOnPurpose(moduleComments(mod)) {
 			continue
 		}
 		for _, rule := range mod.Rules {
@@ -295,12 +302,49 @@ func lintUnlistedPackages(r *lintReport, set *policies.Set) {
 	}
 }
 
-// lintUnlistedPatterns warns of pattern policies no role lists, and
-// counts them all and those listed.
-func lintUnlistedPatterns(r *lintReport, fsys fs.FS, set *policies.Set) (all, listed int) {
+// unlistedDirective is the comment line with which a policy file says no
+// role lists it on purpose (an example to copy from): lint does not warn
+// that it never runs. Delete the line and the warning is back.
+const unlistedDirective = "qnctl lint-ignore: unlisted"
+
+// unlistedOnPurpose says whether one of a file's comment lines (without
+// their '#') is the unlisted directive.
+func unlistedOnPurpose(comments []string) bool {
+	for _, c := range comments {
+		if strings.HasPrefix(strings.TrimSpace(c), unlistedDirective) {
+			return true
+		}
+	}
+	return false
+}
+
+// moduleComments are a Rego module's comments, without their '#'.
+func moduleComments(mod *ast.Module) []string {
+	out := make([]string, 0, len(mod.Comments))
+	for _, c := range mod.Comments {
+		out = append(out, string(c.Text))
+	}
+	return out
+}
+
+// yamlComments are the comment lines of a YAML file, without their '#'.
+func yamlComments(src []byte) []string {
+	var out []string
+	for _, l := range strings.Split(string(src), "\n") {
+		if t := strings.TrimSpace(l); strings.HasPrefix(t, "#") {
+			out = append(out, t[1:])
+		}
+	}
+	return out
+}
+
+// lintUnlistedPatterns warns of pattern policies no role lists (but those
+// unlisted on purpose), and counts them all, those listed and those
+// unlisted on purpose.
+func lintUnlistedPatterns(r *lintReport, fsys fs.FS, set *policies.Set) (all, listed, onPurpose int) {
 	byName, err := pattern.Load(fsys)
 	if err != nil {
-		return 0, 0 // the load reported it
+		return 0, 0, 0 // the load reported it
 	}
 	used := map[string]bool{}
 	for _, role := range set.Roles.Roles {
@@ -318,11 +362,15 @@ func lintUnlistedPatterns(r *lintReport, fsys fs.FS, set *policies.Set) (all, li
 			listed++
 			continue
 		}
+		if src, err := fs.ReadFile(fsys, byName[name].File); err == nil && unlistedOnPurpose(yamlComments(src)) {
+			onPurpose++
+			continue
+		}
 		r.add(lintWarning(byName[name].File, 1,
 			fmt.Sprintf("pattern policy %q is listed by no role in %s, so it never runs", name, policies.RolesFile),
 			fmt.Sprintf("add %s to the patterns of the roles it should judge, or delete the file", name)))
 	}
-	return len(byName), listed
+	return len(byName), listed, onPurpose
 }
 
 // lintNetworkCalls warns of http.send in a decision rule: allowed with
@@ -411,7 +459,7 @@ func lintFixtures(r *lintReport, root string) {
 	}
 }
 
-func writeLintText(w io.Writer, r *lintReport) error {
+func writeLintText(w io.Writer, r *lintReport, strict bool) error {
 	tw := &textWriter{w: w}
 	for _, p := range r.Problems {
 		tw.line(p.location() + ": " + p.text())
@@ -424,6 +472,8 @@ func writeLintText(w io.Writer, r *lintReport) error {
 	switch {
 	case errs > 0:
 		tw.line(fmt.Sprintf("%s: %s, %s", r.Policies, words.Count(errs, "error"), words.Count(warnings, "warning")))
+	case warnings > 0 && strict:
+		tw.line(fmt.Sprintf("%s: FAILED with --strict: %s (%s)", r.Policies, words.Count(warnings, "warning"), r.Checked))
 	case warnings > 0:
 		tw.line(fmt.Sprintf("%s: ok with %s (%s)", r.Policies, words.Count(warnings, "warning"), r.Checked))
 	default:

@@ -18,11 +18,30 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 			want: []string{`unlisted.rego:5: warning: package "demo.unlisted" has a deny rule but no role in roles.yaml lists it, so it never runs`,
 				"hint: add demo.unlisted to the packages of the roles it should judge", "ok with 1 warning"},
 		},
-		"--strict fails on that warning": {
+		"--strict fails on that warning, and says so": {
 			edits:    map[string]string{"unlisted.rego": "package demo.unlisted\n\ndeny contains \"never\" if input.request.object.spec.nodeName\n"},
 			args:     []string{"--strict"},
 			wantCode: exitFailed,
-			want:     []string{`package "demo.unlisted" has a deny rule but no role`},
+			want:     []string{`package "demo.unlisted" has a deny rule but no role`, ": FAILED with --strict: 1 warning ("},
+		},
+		"a package unlisted on purpose (a comment line says so) is no warning": {
+			edits:    map[string]string{"unlisted.rego": "# An example to copy from.\n# qnctl lint-ignore: unlisted\npackage demo.unlisted\n\ndeny contains \"never\" if input.request.object.spec.nodeName\n"},
+			args:     []string{"--strict"},
+			wantCode: exitOK,
+			clean:    true,
+		},
+		"a pattern policy unlisted on purpose is no warning, and is counted as such": {
+			edits:    map[string]string{"example.pattern.yaml": "# qnctl lint-ignore: unlisted\nkind: PatternPolicy\nvalidate:\n  message: nodes need an owner\n  pattern:\n    metadata:\n      labels:\n        owner: \"?*\"\n"},
+			args:     []string{"--strict"},
+			wantCode: exitOK,
+			clean:    true,
+			want:     []string{"1 pattern policy (0 listed by a role, 1 unlisted on purpose)"},
+		},
+		"the directive must be a comment: a description that quotes it is not one": {
+			edits:    map[string]string{"example.pattern.yaml": "kind: PatternPolicy\ndescription: \"qnctl lint-ignore: unlisted\"\nvalidate:\n  message: nodes need an owner\n  pattern:\n    metadata:\n      labels:\n        owner: \"?*\"\n"},
+			args:     []string{"--strict"},
+			wantCode: exitFailed,
+			want:     []string{`pattern policy "example" is listed by no role`},
 		},
 		"a pattern policy no role lists is a warning, and every pattern file is counted": {
 			edits: map[string]string{

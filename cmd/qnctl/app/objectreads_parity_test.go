@@ -17,12 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/policies"
-	"github.com/quantumnode/qn-admission/policies/scalerspec"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
@@ -59,9 +56,7 @@ func chartServer(t *testing.T, now time.Time, n int, whole bool) (http.Handler, 
 	if whole {
 		decider = wholeObjects{engine}
 	}
-	deciders := webhook.ByKind{Default: decider, Kinds: map[schema.GroupKind]webhook.Decider{
-		qnv1alpha1.ScalerGroupVersionKind.GroupKind(): scalerspec.Validator{},
-	}}
+	deciders := webhook.Served(decider)
 	if reads := deciders.ObjectReads(); (reads == nil) != whole {
 		t.Fatalf("the webhook reads %v of the objects; whole: %v", reads.Review(), whole)
 	}

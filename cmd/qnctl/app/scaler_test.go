@@ -41,13 +41,13 @@ func TestScalerExplain(t *testing.T) {
 		"above upper: the step, the write and the memory": {
 			args: []string{"scaler", "explain", sample, "--value", "1250", "--replicas", "4", "--now", "2026-03-01T12:00:00Z"},
 			want: []string{"HorizontalQNScaler default/orders → Deployment orders (apps/v1)",
-				"decision    ScaleUp: value 1250 > upper 1000: +2 replicas (4 → 6)",
+				"decision    ScaleUp: orders_queue_depth 1250 > upper 1000: +2 replicas (4 → 6)",
 				"writes      6 replicas to the target's /scale",
 				"remembers   lastScaleTime 2026-03-01T12:00:00Z, lastScaleUpTime 2026-03-01T12:00:00Z", "next poll   in 15s"},
 		},
 		"inside the band: nothing is written": {
 			args: []string{"scaler", "explain", sample, "--value", "500", "--replicas", "4"},
-			want: []string{"decision    Hold: value 500 within [lower 100, upper 1000]: holding 4 replicas", "writes      nothing"},
+			want: []string{"decision    Hold: orders_queue_depth 500 within [lower 100, upper 1000]: holding 4 replicas", "writes      nothing"},
 		},
 		"the metric unavailable: the fallback's count": {
 			args: []string{"scaler", "explain", sample, "--unavailable", "connection refused", "--replicas", "4"},

@@ -33,7 +33,7 @@ func newTestCommand(opts *commonOptions, s Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "test [DIR]",
 		Short: "Run a policy directory's Rego unit tests and fixture cases",
-		Long: `test loads the policy directory DIR as qn-webhook does (without the bundled
+		Long: `test loads the policy directory DIR as qn-webhook does (the bundled
 policies when DIR is omitted), runs its Rego unit tests (test_* rules, the
 semantics of opa test) and its fixture cases, and prints a line per test and
 case and a summary.

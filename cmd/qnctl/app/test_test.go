@@ -223,3 +223,16 @@ func rmFiles(t *testing.T, dir string, names ...string) string {
 	}
 	return dir
 }
+
+// Without DIR, qnctl test runs the bundled policies, and its help says so.
+func TestTestWithoutADirectoryRunsTheBundledPolicies(t *testing.T) {
+	code, out, errOut := run(t, "", "test")
+	if code != exitOK || !strings.HasPrefix(out, "policies bundled (revision ") {
+		t.Errorf("qnctl test exited %d and printed\n%s%s\nwant the bundled policies tested", code, out, errOut)
+	}
+	_, help, _ := run(t, "", "test", "--help")
+	flat := strings.Join(strings.Fields(help), " ")
+	if !strings.Contains(flat, "(the bundled policies when DIR is omitted)") || strings.Contains(flat, "without the bundled") {
+		t.Errorf("qnctl test --help does not say it tests the bundled policies without DIR:\n%s", help)
+	}
+}

@@ -85,6 +85,10 @@ func runVAP(ctx context.Context, opts *commonOptions, o *vapOptions, w io.Writer
 		compileOpts.Actions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
 	case vapAudit:
 		compileOpts.Actions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit, admissionregistrationv1.Warn}
+	case "off":
+		// The chart's admissionPolicy.mode: off installs nothing; there is
+		// nothing for qnctl to write.
+		return usagef("--mode off writes nothing: to run without the API server's copy, apply nothing (the chart's admissionPolicy.mode: off installs none); modes are %s, %s", vapEnforce, vapAudit)
 	default:
 		return usagef("--mode %q is not one of %s, %s", o.Mode, vapEnforce, vapAudit)
 	}

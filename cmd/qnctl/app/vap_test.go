@@ -121,6 +121,7 @@ func TestVAPRefusesWhatCannotCompile(t *testing.T) {
 		want string
 	}{
 		"an unknown mode":                {[]string{"vap", "--mode", "strict"}, `--mode "strict" is not one of enforce, audit`},
+		"off, which only the chart has":  {[]string{"vap", "--mode", "off"}, `--mode off writes nothing: to run without the API server's copy, apply nothing`},
 		"an unknown failure policy":      {[]string{"vap", "--failure-policy", "Maybe"}, `--failure-policy "Maybe" is not one of Fail, Ignore`},
 		"an unknown output":              {[]string{"vap", "-o", "json"}, `--output "json" is not one of yaml, text`},
 		"a directory that does not load": {[]string{"vap", "--policy-dir", broken}, `roles.yaml:4: roles.default.operations: "DESTROY" is not an operation`},
