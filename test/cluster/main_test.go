@@ -45,7 +45,6 @@ type installed struct {
 	// signs new pairs (a rotation).
 	WebhookCA     []byte
 	webhookIssuer *nodecluster.CA
-	timings       []string
 }
 
 const (

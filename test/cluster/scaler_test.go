@@ -16,6 +16,26 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
+// pauseDeployment makes a Deployment of replicas Pods running the pause
+// image (on the node already: nothing is pulled) with labels.
+func (s *installed) pauseDeployment(name string, replicas int32, labels map[string]string) error {
+	_, err := s.Kube.AppsV1().Deployments(testNamespace).Create(context.Background(), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr(int64(1)),
+					Containers:                    []corev1.Container{{Name: "pause", Image: nodecluster.PauseImage, ImagePullPolicy: corev1.PullNever}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	return err
+}
+
 // qn-controller's Pod scales a real Deployment on a figure it reads from a
 // real Prometheus, and the new replicas run as Pods on the node.
 func TestScalerScalesADeploymentWhosePodsRun(t *testing.T) {
@@ -39,22 +59,7 @@ func TestScalerScalesADeploymentWhosePodsRun(t *testing.T) {
 	defer prom.Stop()
 	prom.WaitFor(t, `sum(qn_cluster_queue_depth)`, 5000)
 
-	labels := map[string]string{"app": "queue-worker"}
-	_, err = s.Kube.AppsV1().Deployments(testNamespace).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "queue-worker"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(1)),
-					Containers:                    []corev1.Container{{Name: "worker", Image: nodecluster.PauseImage, ImagePullPolicy: corev1.PullNever}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	if err := s.pauseDeployment("queue-worker", 1, map[string]string{"app": "queue-worker"}); err != nil {
 		t.Fatal(err)
 	}
 	scaler := &unstructured.Unstructured{Object: map[string]any{

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/quantumnode/qn-admission/test/harness"
-	"github.com/quantumnode/qn-admission/test/harness/nodecluster"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,25 +38,11 @@ func TestRestartEvictsServingPodsWithinTheirBudget(t *testing.T) {
 		_ = s.Kube.PolicyV1().PodDisruptionBudgets(testNamespace).Delete(ctx, name, metav1.DeleteOptions{})
 		_ = s.Dynamic.Resource(harness.QuantumNodes).Namespace(testNamespace).Delete(ctx, name, metav1.DeleteOptions{})
 	})
-	_, err := s.Kube.AppsV1().Deployments(testNamespace).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: podLabels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr(int64(1)),
-					Containers:                    []corev1.Container{{Name: "serve", Image: nodecluster.PauseImage, ImagePullPolicy: corev1.PullNever}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	if err := s.pauseDeployment(name, 2, podLabels); err != nil {
 		t.Fatal(err)
 	}
 	// No disruption allowed yet: minAvailable is every replica.
-	_, err = s.Kube.PolicyV1().PodDisruptionBudgets(testNamespace).Create(ctx, &policyv1.PodDisruptionBudget{
+	_, err := s.Kube.PolicyV1().PodDisruptionBudgets(testNamespace).Create(ctx, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: podLabels}, MinAvailable: ptr(intstr.FromInt32(2))},
 	}, metav1.CreateOptions{})
