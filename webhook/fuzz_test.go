@@ -10,7 +10,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -55,8 +58,11 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	engine := policies.NewEngine(set, policies.EngineOptions{})
 	now := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	// The windows' clock stands still: a refusal says when a slot frees,
+	// and the two answers compared below must be asked at the same time.
+	windows := window.NewGuard(window.NewMemoryStore(clocktesting.NewFakePassiveClock(now), window.MemoryOptions{}), window.GuardOptions{Name: "memory"})
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: windows})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements, engine)
 		// Decoding the objects in part (what the bundled policies read of
