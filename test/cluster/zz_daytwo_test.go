@@ -19,16 +19,142 @@ import (
 
 	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/harness/nodecluster"
+	"github.com/quantumnode/qn-admission/test/promtest"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	chartrender "github.com/quantumnode/qn-admission/test/chart"
 )
+
+// qn-controller with two replicas under leader election: the leader's Pod
+// deleted, the other takes the Lease, QuantumNode status is written again
+// within the lease duration, and a scaler inside its scale-up cooldown is
+// not scaled again by the new leader (the cooldown lives in the scaler's
+// status, not in the leader's memory).
+func TestControllerHandsOverWithoutDoubleWork(t *testing.T) {
+	s := cluster(t)
+	s.namespace(t)
+	ctx := context.Background()
+	s.upgrade(t, map[string]any{"controller": map[string]any{"replicas": int64(2)}})
+	harness.WaitFor(t, 2*time.Minute, "two controller Pods ready", func() error {
+		d, err := s.Kube.AppsV1().Deployments(releaseNamespace).Get(ctx, releaseName+"-controller", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != 2 || d.Status.UpdatedReplicas != 2 || d.Status.Replicas != 2 {
+			return fmt.Errorf("%d ready, %d updated, %d in all", d.Status.ReadyReplicas, d.Status.UpdatedReplicas, d.Status.Replicas)
+		}
+		return nil
+	})
+	leader := func() string {
+		lease, err := s.Kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, "qn-controller.qn.dev", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		// controller-runtime's identity is the Pod's hostname and a suffix.
+		id, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+		return id
+	}
+	var first string
+	harness.WaitFor(t, time.Minute, "a leader", func() error {
+		if first = leader(); first == "" {
+			return fmt.Errorf("no holder of the Lease")
+		}
+		return nil
+	})
+
+	// A scaler that has just scaled up and is inside its cooldown.
+	exporter := promtest.NewExporter()
+	defer exporter.Close()
+	exporter.Set("qn_handover_queue_depth", "handover", 5000)
+	dir, err := os.MkdirTemp("", "qn-prometheus-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	prom, err := promtest.Start(promtest.Binary(t), promtest.Options{Dir: dir, Targets: []string{exporter.Target()}, Host: nodecluster.NodeIP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prom.Stop()
+	prom.WaitFor(t, `sum(qn_handover_queue_depth)`, 5000)
+	if err := s.pauseDeployment("handover", 1, map[string]string{"app": "handover"}); err != nil {
+		t.Fatal(err)
+	}
+	scaler := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "qn.dev/v1alpha1", "kind": "HorizontalQNScaler",
+		"metadata": map[string]any{"name": "handover", "namespace": testNamespace},
+		"spec": map[string]any{
+			"scaleTargetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "handover"},
+			"minReplicas":    int64(1), "maxReplicas": int64(10),
+			"qnMetric":    map[string]any{"query": `sum(qn_handover_queue_depth)`, "serverAddress": prom.URL},
+			"thresholds":  map[string]any{"upper": "1000", "lower": "100"},
+			"scaleUpStep": int64(1), "scaleUpCooldownSeconds": int64(60), "pollingIntervalSeconds": int64(1),
+		},
+	}}
+	if _, err := s.Dynamic.Resource(harness.Scalers).Namespace(testNamespace).Create(ctx, scaler, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicas := func() int32 {
+		d, err := s.Kube.AppsV1().Deployments(testNamespace).Get(ctx, "handover", metav1.GetOptions{})
+		if err != nil {
+			return -1
+		}
+		return *d.Spec.Replicas
+	}
+	harness.WaitFor(t, time.Minute, "the first scale-up (1 -> 2)", func() error {
+		if r := replicas(); r != 2 {
+			return fmt.Errorf("%d replicas", r)
+		}
+		return nil
+	})
+
+	deleted := time.Now()
+	if err := s.Kube.CoreV1().Pods(releaseNamespace).Delete(ctx, first, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete the leader %s: %v", first, err)
+	}
+	// Status is written again: a new QuantumNode becomes Ready.
+	qns := s.Dynamic.Resource(harness.QuantumNodes).Namespace(testNamespace)
+	if _, err := qns.Create(ctx, quantumNode("after-handover", nil, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, time.Minute, "a new QuantumNode Ready under the new leader", func() error {
+		got, err := qns.Get(ctx, "after-handover", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase != "Ready" {
+			return fmt.Errorf("phase %q (leader %q)", phase, leader())
+		}
+		return nil
+	})
+	resumed := time.Since(deleted)
+	next := leader()
+	if next == first || next == "" {
+		t.Errorf("the Lease is held by %q after its holder %s was deleted", next, first)
+	}
+	// controller-runtime's default lease is 15 s; the leader hands it back
+	// as it stops, so status resumes sooner.
+	if resumed > 20*time.Second {
+		t.Errorf("status resumed %s after the leader's Pod was deleted, past the 15 s lease", resumed.Round(time.Second))
+	}
+	t.Logf("leader %s deleted; %s leads; status written again after %s", first, next, resumed.Round(100*time.Millisecond))
+	// Inside the cooldown (60 s from the first scale-up) the new leader
+	// must not scale again, though the figure still asks for more.
+	end := time.Now().Add(15 * time.Second)
+	for time.Now().Before(end) {
+		if r := replicas(); r != 2 {
+			t.Fatalf("the new leader scaled to %d inside the scale-up cooldown", r)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
 
 // Day two under a steady writer: each operation an operator performs on
 // the installed release (a Pod lost, an upgrade, a certificate rotation,
