@@ -59,10 +59,17 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 		f.Fatal(err)
 	}
 	now := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
-	// The windows' clock stands still: a refusal says when a slot frees,
-	// and the two answers compared below must be asked at the same time.
-	windows := window.NewGuard(window.NewMemoryStore(clocktesting.NewFakePassiveClock(now), window.MemoryOptions{}), window.GuardOptions{Name: "memory"})
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: windows})
+	// The two ways of answering compared below each have an engine and
+	// windows of their own, on a clock that stands still: both see the
+	// same requests in the same order, so the same window state (asked of
+	// one engine twice, the second ask would be a repeat of the first's
+	// uid and see the slot the first took), and a refusal says the same
+	// "a slot frees in".
+	newEngine := func() *policies.Engine {
+		windows := window.NewGuard(window.NewMemoryStore(clocktesting.NewFakePassiveClock(now), window.MemoryOptions{}), window.GuardOptions{Name: "memory"})
+		return policies.NewEngine(set, policies.EngineOptions{Windows: windows})
+	}
+	engine, servedEngine := newEngine(), newEngine()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rev, objs, reqErr := decodeBody(body, DefaultMaxRequestElements, engine)
 		// Decoding the objects in part (what the bundled policies read of
@@ -86,7 +93,7 @@ func FuzzDecodeAndAnswer(f *testing.F) {
 			// The server's way, with the objects read in the envelope's
 			// pass when the one-pass decoder took the body, and only what
 			// the policies read of them, answers alike.
-			served, _, _ := answerDecoded(context.Background(), engine, rev.Request, objs, path, now)
+			served, _, _ := answerDecoded(context.Background(), servedEngine, rev.Request, objs, path, now)
 			if !reflect.DeepEqual(served.Response, answer.Response) {
 				t.Fatalf("objects decoded with the envelope: %+v; decoded apart: %+v", served.Response, answer.Response)
 			}
