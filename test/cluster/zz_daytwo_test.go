@@ -8,11 +8,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -115,25 +117,35 @@ func TestControllerHandsOverWithoutDoubleWork(t *testing.T) {
 		return nil
 	})
 
+	// The first leader writes a status too.
+	qns := s.Dynamic.Resource(harness.QuantumNodes).Namespace(testNamespace)
+	readyNode := func(name string) {
+		t.Helper()
+		if _, err := qns.Create(ctx, quantumNode(name, nil, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		harness.WaitFor(t, time.Minute, name+" Ready", func() error {
+			got, err := qns.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase != "Ready" {
+				return fmt.Errorf("phase %q (leader %q)", phase, leader())
+			}
+			return nil
+		})
+	}
+	readyNode("before-handover")
+	firstPod, err := s.Kube.CoreV1().Pods(releaseNamespace).Get(ctx, first, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	deleted := time.Now()
 	if err := s.Kube.CoreV1().Pods(releaseNamespace).Delete(ctx, first, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete the leader %s: %v", first, err)
 	}
 	// Status is written again: a new QuantumNode becomes Ready.
-	qns := s.Dynamic.Resource(harness.QuantumNodes).Namespace(testNamespace)
-	if _, err := qns.Create(ctx, quantumNode("after-handover", nil, nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	harness.WaitFor(t, time.Minute, "a new QuantumNode Ready under the new leader", func() error {
-		got, err := qns.Get(ctx, "after-handover", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase != "Ready" {
-			return fmt.Errorf("phase %q (leader %q)", phase, leader())
-		}
-		return nil
-	})
+	readyNode("after-handover")
 	resumed := time.Since(deleted)
 	next := leader()
 	if next == first || next == "" {
@@ -145,6 +157,36 @@ func TestControllerHandsOverWithoutDoubleWork(t *testing.T) {
 		t.Errorf("status resumed %s after the leader's Pod was deleted, past the 15 s lease", resumed.Round(time.Second))
 	}
 	t.Logf("leader %s deleted; %s leads; status written again after %s", first, next, resumed.Round(100*time.Millisecond))
+	// Never two leaders at once: in the API server's audit log, no status
+	// write comes from the old leader's address once the new one has
+	// written.
+	nextPod, err := s.Kube.CoreV1().Pods(releaseNamespace).Get(ctx, next, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes, err := statusWriters(s.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oldWrites, newWrites int
+	var firstNew time.Time
+	for _, w := range writes {
+		switch w.ip {
+		case nextPod.Status.PodIP:
+			newWrites++
+			if firstNew.IsZero() {
+				firstNew = w.at
+			}
+		case firstPod.Status.PodIP:
+			oldWrites++
+			if !firstNew.IsZero() {
+				t.Errorf("the old leader %s wrote status at %s, after the new leader's first write at %s", first, w.at, firstNew)
+			}
+		}
+	}
+	if oldWrites == 0 || newWrites == 0 {
+		t.Errorf("status writes in the audit log: %d from the old leader, %d from the new; want both", oldWrites, newWrites)
+	}
 	// Inside the cooldown (60 s from the first scale-up) the new leader
 	// must not scale again, though the figure still asks for more.
 	end := time.Now().Add(15 * time.Second)
@@ -154,6 +196,39 @@ func TestControllerHandsOverWithoutDoubleWork(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// statusWrite is one QuantumNode status write in the audit log.
+type statusWrite struct {
+	ip string
+	at time.Time
+}
+
+// statusWriters reads the QuantumNode status writes of the audit log, in
+// the order the API server answered them.
+func statusWriters(auditLog string) ([]statusWrite, error) {
+	data, err := os.ReadFile(auditLog)
+	if err != nil {
+		return nil, err
+	}
+	var writes []statusWrite
+	for line := range strings.SplitSeq(string(data), "\n") {
+		var e struct {
+			Stage          string
+			SourceIPs      []string
+			ObjectRef      struct{ Resource, Subresource string }
+			Verb           string
+			ResponseStatus struct{ Code int }
+			StageTimestamp metav1.MicroTime
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Stage != "ResponseComplete" || e.ObjectRef.Subresource != "status" ||
+			len(e.SourceIPs) == 0 || e.ResponseStatus.Code >= 300 {
+			continue
+		}
+		writes = append(writes, statusWrite{ip: e.SourceIPs[0], at: e.StageTimestamp.Time})
+	}
+	sort.SliceStable(writes, func(i, j int) bool { return writes[i].at.Before(writes[j].at) })
+	return writes, nil
 }
 
 // Day two under a steady writer: each operation an operator performs on

@@ -52,6 +52,18 @@ const (
 	bridgeName    = "qn0"
 )
 
+// auditPolicy logs QuantumNode writes (and their status's) at Metadata
+// level, nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete]
+  resources: [{group: qn.dev, resources: [quantumnodes, quantumnodes/status]}]
+- level: None
+`
+
 // Options say where the binaries are.
 type Options struct {
 	// KubeBinaries is hack/k8s-bins.sh's directory (KUBEBUILDER_ASSETS).
@@ -73,6 +85,9 @@ type Cluster struct {
 	// CA signed the API server's certificate and the admin's; a test may
 	// issue more with it.
 	CA *CA
+	// AuditLog is the API server's audit log: writes of QuantumNodes and
+	// their status at Metadata level (who, from which address, when).
+	AuditLog string
 
 	opts      Options
 	ctrSocket string
@@ -248,7 +263,12 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	pki := func(f string) string { return c.path("pki", f) }
+	c.AuditLog = c.path("audit.log")
+	if err := os.WriteFile(c.path("audit-policy.yaml"), []byte(auditPolicy), 0o600); err != nil {
+		return err
+	}
 	if _, err := c.start(c.kubeBin("kube-apiserver"),
+		"--audit-policy-file", c.path("audit-policy.yaml"), "--audit-log-path", c.AuditLog,
 		"--etcd-servers", "http://127.0.0.1:2379",
 		"--bind-address", "0.0.0.0", "--secure-port", apiServerPort, "--advertise-address", NodeIP,
 		"--tls-cert-file", pki("apiserver.crt"), "--tls-private-key-file", pki("apiserver.key"),
