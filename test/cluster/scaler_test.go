@@ -36,6 +36,52 @@ func (s *installed) pauseDeployment(name string, replicas int32, labels map[stri
 	return err
 }
 
+// prometheusOnNode runs a real Prometheus on the node's address (where the
+// controller's Pod reaches it), scraping an exporter whose series metric
+// reads value; both stop when the test ends.
+func prometheusOnNode(t *testing.T, metric string, value float64) *promtest.Server {
+	t.Helper()
+	exporter := promtest.NewExporter()
+	t.Cleanup(exporter.Close)
+	exporter.Set(metric, "cluster", value)
+	dir, err := os.MkdirTemp("", "qn-prometheus-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	prom, err := promtest.Start(promtest.Binary(t), promtest.Options{Dir: dir, Targets: []string{exporter.Target()}, Host: nodecluster.NodeIP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prom.Stop)
+	prom.WaitFor(t, "sum("+metric+")", value)
+	return prom
+}
+
+// scalerSteps are a test scaler's bounds: maxReplicas, scaleUpStep and
+// the scale-up cooldown in seconds.
+type scalerSteps struct{ max, step, cooldown int64 }
+
+// createScaler makes a HorizontalQNScaler of the Deployment name on
+// query (above 1,000: up; below 100: down), polled every second.
+func (s *installed) createScaler(t *testing.T, name, query, promURL string, steps scalerSteps) {
+	t.Helper()
+	scaler := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "qn.dev/v1alpha1", "kind": "HorizontalQNScaler",
+		"metadata": map[string]any{"name": name, "namespace": testNamespace},
+		"spec": map[string]any{
+			"scaleTargetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+			"minReplicas":    int64(1), "maxReplicas": steps.max,
+			"qnMetric":    map[string]any{"query": query, "serverAddress": promURL},
+			"thresholds":  map[string]any{"upper": "1000", "lower": "100"},
+			"scaleUpStep": steps.step, "scaleUpCooldownSeconds": steps.cooldown, "pollingIntervalSeconds": int64(1),
+		},
+	}}
+	if _, err := s.Dynamic.Resource(harness.Scalers).Namespace(testNamespace).Create(context.Background(), scaler, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the HorizontalQNScaler %s: %v", name, err)
+	}
+}
+
 // qn-controller's Pod scales a real Deployment on a figure it reads from a
 // real Prometheus, and the new replicas run as Pods on the node.
 func TestScalerScalesADeploymentWhosePodsRun(t *testing.T) {
@@ -43,39 +89,11 @@ func TestScalerScalesADeploymentWhosePodsRun(t *testing.T) {
 	s.namespace(t)
 	ctx := context.Background()
 
-	exporter := promtest.NewExporter()
-	defer exporter.Close()
-	exporter.Set("qn_cluster_queue_depth", "cluster", 5000)
-	dir, err := os.MkdirTemp("", "qn-prometheus-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	// On the node's address, where the controller's Pod reaches it.
-	prom, err := promtest.Start(promtest.Binary(t), promtest.Options{Dir: dir, Targets: []string{exporter.Target()}, Host: nodecluster.NodeIP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prom.Stop()
-	prom.WaitFor(t, `sum(qn_cluster_queue_depth)`, 5000)
-
+	prom := prometheusOnNode(t, "qn_cluster_queue_depth", 5000)
 	if err := s.pauseDeployment("queue-worker", 1, map[string]string{"app": "queue-worker"}); err != nil {
 		t.Fatal(err)
 	}
-	scaler := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "qn.dev/v1alpha1", "kind": "HorizontalQNScaler",
-		"metadata": map[string]any{"name": "queue-worker", "namespace": testNamespace},
-		"spec": map[string]any{
-			"scaleTargetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "queue-worker"},
-			"minReplicas":    int64(1), "maxReplicas": int64(3),
-			"qnMetric":    map[string]any{"query": `sum(qn_cluster_queue_depth)`, "serverAddress": prom.URL},
-			"thresholds":  map[string]any{"upper": "1000", "lower": "100"},
-			"scaleUpStep": int64(2), "scaleUpCooldownSeconds": int64(0), "pollingIntervalSeconds": int64(1),
-		},
-	}}
-	if _, err := s.Dynamic.Resource(harness.Scalers).Namespace(testNamespace).Create(ctx, scaler, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create the HorizontalQNScaler: %v", err)
-	}
+	s.createScaler(t, "queue-worker", `sum(qn_cluster_queue_depth)`, prom.URL, scalerSteps{max: 3, step: 2, cooldown: 0})
 	harness.WaitFor(t, 2*time.Minute, "the Deployment scaled to 3 with 3 Pods ready", func() error {
 		d, err := s.Kube.AppsV1().Deployments(testNamespace).Get(ctx, "queue-worker", metav1.GetOptions{})
 		if err != nil {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/harness/nodecluster"
-	"github.com/quantumnode/qn-admission/test/promtest"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	corev1 "k8s.io/api/core/v1"
@@ -72,37 +71,11 @@ func TestControllerHandsOverWithoutDoubleWork(t *testing.T) {
 	})
 
 	// A scaler that has just scaled up and is inside its cooldown.
-	exporter := promtest.NewExporter()
-	defer exporter.Close()
-	exporter.Set("qn_handover_queue_depth", "handover", 5000)
-	dir, err := os.MkdirTemp("", "qn-prometheus-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	prom, err := promtest.Start(promtest.Binary(t), promtest.Options{Dir: dir, Targets: []string{exporter.Target()}, Host: nodecluster.NodeIP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prom.Stop()
-	prom.WaitFor(t, `sum(qn_handover_queue_depth)`, 5000)
+	prom := prometheusOnNode(t, "qn_handover_queue_depth", 5000)
 	if err := s.pauseDeployment("handover", 1, map[string]string{"app": "handover"}); err != nil {
 		t.Fatal(err)
 	}
-	scaler := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "qn.dev/v1alpha1", "kind": "HorizontalQNScaler",
-		"metadata": map[string]any{"name": "handover", "namespace": testNamespace},
-		"spec": map[string]any{
-			"scaleTargetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "handover"},
-			"minReplicas":    int64(1), "maxReplicas": int64(10),
-			"qnMetric":    map[string]any{"query": `sum(qn_handover_queue_depth)`, "serverAddress": prom.URL},
-			"thresholds":  map[string]any{"upper": "1000", "lower": "100"},
-			"scaleUpStep": int64(1), "scaleUpCooldownSeconds": int64(60), "pollingIntervalSeconds": int64(1),
-		},
-	}}
-	if _, err := s.Dynamic.Resource(harness.Scalers).Namespace(testNamespace).Create(ctx, scaler, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s.createScaler(t, "handover", `sum(qn_handover_queue_depth)`, prom.URL, scalerSteps{max: 10, step: 1, cooldown: 60})
 	replicas := func() int32 {
 		d, err := s.Kube.AppsV1().Deployments(testNamespace).Get(ctx, "handover", metav1.GetOptions{})
 		if err != nil {
