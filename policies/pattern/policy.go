@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -516,4 +517,34 @@ func validName(name string) bool {
 		}
 	}
 	return true
+}
+
+// RequesterReads says which parts of the request that only an admission
+// request has (request.userInfo) the policy's match or exclude selectors
+// read, and the line of the first one: such a policy cannot be judged
+// against a stored object, which has no requester (Kyverno requires
+// background: false of such rules for the same reason).
+func (p *Policy) RequesterReads() (line int, reads []string) {
+	for _, s := range []*Selector{p.Match, p.Exclude} {
+		if s != nil && s.UserInfo != nil {
+			if line == 0 {
+				line = s.UserInfo.Line
+			}
+			reads = []string{"request.userInfo"}
+		}
+	}
+	return line, reads
+}
+
+// StoredOperation is the operation under which a stored object is judged
+// in the background: UPDATE (the object written again as it is) when the
+// policy judges updates, else CREATE; "" when the policy judges neither
+// (a DELETE-only policy says nothing about an object that stays).
+func (p *Policy) StoredOperation() string {
+	for _, op := range []string{"UPDATE", "CREATE"} {
+		if slices.Contains(p.Operations, op) {
+			return op
+		}
+	}
+	return ""
 }
