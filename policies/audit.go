@@ -184,6 +184,7 @@ func (e *Engine) Audit(ctx context.Context, obj map[string]any) AuditResult {
 		}
 	}
 	res.Rules = append(res.Rules, auditPatterns(p.Patterns, obj)...)
+	res.Rules = append(res.Rules, auditDialects(ctx, p.Policies, in)...)
 	return res
 }
 
@@ -356,6 +357,7 @@ func AuditSkips(ctx context.Context, s *Set) map[string][]SkippedRule {
 			}
 		}
 	}
+	dialectSkips(s, out)
 	return out
 }
 

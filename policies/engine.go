@@ -153,11 +153,12 @@ func (e *Engine) validateDenyFirst(ctx context.Context, p *Plan, in *Input, v *v
 		return e.failedFirst(ctx, p, v, err)
 	}
 	var patterns rego.Result
-	if len(p.Patterns) > 0 {
+	if p.judgesBesideRego() {
 		if err := in.goObjects(); err != nil {
 			return e.failedFirst(ctx, p, v, err)
 		}
 		judgePatterns(p.Patterns, in, &patterns)
+		judgeDialects(ctx, p.Policies, in, &patterns)
 	}
 	elapsed := time.Since(start)
 	if len(first.Result.Deny) > 0 || len(patterns.Deny) > 0 {
@@ -323,16 +324,17 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 			return res, err
 		}
 	}
-	if len(p.Patterns) > 0 {
+	if p.judgesBesideRego() {
 		if err := in.goObjects(); err != nil {
 			return rego.Result{}, err
 		}
 		_, span := tracing.Child(ctx, "patterns")
 		start := time.Now()
 		judgePatterns(p.Patterns, in, &res)
+		judgeDialects(ctx, p.Policies, in, &res)
 		elapsed += time.Since(start)
 		if span != nil {
-			span.SetAttributes(attribute.Int("qn.patterns", len(p.Patterns)))
+			span.SetAttributes(attribute.Int("qn.patterns", len(p.Patterns)), attribute.Int("qn.policies", len(p.Policies)))
 		}
 		tracing.End(span, nil)
 	}

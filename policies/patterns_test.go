@@ -212,7 +212,7 @@ func TestPatternLoadErrors(t *testing.T) {
 		},
 		"a role with neither packages nor patterns": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    patterns: []\n")}},
-			want:  `roles.yaml:3: roles.r.packages: list at least one Rego package (e.g. qn.quantumnode) or pattern policy (patterns: [name])`,
+			want:  `roles.yaml:3: roles.r.packages: list at least one Rego package (e.g. qn.quantumnode), pattern policy (patterns: [name]) or policy (policies: [name])`,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -200,6 +200,14 @@ func Parse(file string, src []byte) (*Policy, *problem.Problem) {
 	if doc.Kind != yaml.MappingNode {
 		return nil, p.errorf(doc.Line, "", "a pattern policy is a mapping with kind: %s and validate", Kind)
 	}
+	if av := child(doc, "apiVersion"); av != nil {
+		kind := "document"
+		if k := child(doc, "kind"); k != nil {
+			kind = k.Value
+		}
+		return nil, p.errorf(av.Line, "apiVersion", "this is a %s %s, not a PatternPolicy: save it as %s.yaml (without %s) and list its metadata.name under a role's policies in roles.yaml",
+			av.Value, kind, name, FileSuffix)
+	}
 	if err := p.checkKeys(doc, ""); err != nil {
 		return nil, err
 	}
