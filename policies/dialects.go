@@ -18,15 +18,6 @@ import (
 	"github.com/quantumnode/qn-admission/rego"
 )
 
-// dialectReaders are the policy dialects a directory may hold besides Rego
-// and pattern files. RegisterDialect adds to them.
-var dialectReaders []dialect.Reader
-
-// RegisterDialect makes a dialect's documents loadable. Dialect packages
-// call it from init, and cmd/<bin>/app imports them, so the policies
-// package does not depend on every dialect's libraries.
-func RegisterDialect(r dialect.Reader) { dialectReaders = append(dialectReaders, r) }
-
 // isDialectFile says a file may hold dialect documents: YAML other than
 // the role table, the data and pattern policies.
 func isDialectFile(name string) bool {

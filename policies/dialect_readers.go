@@ -1,0 +1,7 @@
+package policies
+
+import "github.com/quantumnode/qn-admission/policies/dialect"
+
+// dialectReaders are the policy dialects a directory may hold besides Rego
+// and pattern files, one package each under policies/dialect.
+var dialectReaders = []dialect.Reader{}
