@@ -63,6 +63,8 @@ func (Reader) Read(docs []dialect.Document) ([]dialect.Policy, []*problem.Proble
 	return out, problems
 }
 
+var selfReference = regexp.MustCompile(`\{\{\s*@\s*\}\}`)
+
 var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
 
 // Parse reads one ClusterPolicy or Policy document.
@@ -187,6 +189,9 @@ func checkRule(file string, line, i int, r *ruleSpec) *problem.Problem {
 	if raw, err := json.Marshal(r); err == nil {
 		if fns := unsupportedFunctions(string(raw)); len(fns) > 0 {
 			return refuse("", "Kyverno's JMESPath function %s is not supported here", strings.Join(fns, ", "))
+		}
+		if selfReference.Match(raw) {
+			return refuse("", "{{@}} references are not supported; name the field the variable reads")
 		}
 	}
 	if pr := checkContext(r.Context, refuse, ".context"); pr != nil {
