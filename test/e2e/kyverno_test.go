@@ -76,9 +76,9 @@ func TestBatchRoleJudgedByAKyvernoClusterPolicy(t *testing.T) {
 		_ = harness.Eventually(ctx, 20*time.Second, func() error { return batchDeniedWith(ctx, "batch-kyverno-cleanup", "(found priority=high)") })
 	})
 
-	// A node stored before the policy applies, to update later.
+	// A default-role node stored before the policy applies, to update
+	// later (batch may only CREATE; default lists the policy too).
 	old := qn("batch-kyverno-old", "amd64", svc("job", 9000))
-	old.SetAnnotations(map[string]string{"qn-role": "batch"})
 	old.SetLabels(map[string]string{"priority": "low"})
 	if _, err := createQN(ctx, cluster.Dynamic, namespace, old, false); err != nil {
 		t.Fatal(err)
@@ -96,11 +96,14 @@ func TestBatchRoleJudgedByAKyvernoClusterPolicy(t *testing.T) {
 	if err := os.WriteFile(policyFile, []byte(batchClusterPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	switched := strings.Replace(string(original),
+	// default's packages line first: batch's becomes the same line.
+	switched := strings.Replace(string(original), "    packages: [qn.quantumnode, qn.window, qn.mutate.managedby]\n",
+		"    packages: [qn.quantumnode, qn.window, qn.mutate.managedby]\n    policies: [batch-services]\n", 1)
+	switched = strings.Replace(switched,
 		"    packages: [qn.quantumnode, qn.roles.batch, qn.window, qn.mutate.managedby]\n",
 		"    packages: [qn.quantumnode, qn.window, qn.mutate.managedby]\n    policies: [batch-services]\n", 1)
-	if switched == string(original) {
-		t.Fatal("could not find the batch packages line to edit")
+	if strings.Count(switched, "policies: [batch-services]") != 2 {
+		t.Fatal("could not find the batch and default packages lines to edit")
 	}
 	if err := os.WriteFile(rolesFile, []byte(switched), 0o644); err != nil {
 		t.Fatal(err)
@@ -126,12 +129,20 @@ spec:
 		t.Fatalf("kubectl create of a batch node with SSH: %v\n%s", err, out)
 	}
 
-	// UPDATE that breaks the rule: refused (the other verb).
+	// UPDATE that breaks the rule: refused (the other verb), while an
+	// update that keeps it is admitted.
 	got, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Get(ctx, "batch-kyverno-old", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got.SetLabels(map[string]string{"priority": "high"})
+	labels := got.GetLabels()
+	labels["team"] = "ops"
+	got.SetLabels(labels)
+	if got, err = cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("an update that keeps priority=low: %v", err)
+	}
+	labels["priority"] = "high"
+	got.SetLabels(labels)
 	_, err = cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(namespace).Update(ctx, got, metav1.UpdateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "rule priority-label failed at path /metadata/labels/priority/") {
 		t.Fatalf("an update that sets priority=high: %v", err)
