@@ -89,7 +89,7 @@ func yamlProblem(file string, err error) *Problem {
 // routeDialects hands each reader the documents of its kinds, refuses the
 // documents of a policy API no reader takes, and resolves each role's
 // policies list by name.
-func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems) map[string][]dialect.Policy {
+func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems) (map[string][]dialect.Policy, []dialect.Policy) {
 	byReader := make([][]dialect.Document, len(dialectReaders))
 	var supported []string
 	for _, r := range dialectReaders {
@@ -127,10 +127,14 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 			byName[p.Name()] = p
 		}
 	}
-	if roles == nil {
-		return nil
-	}
 	known := slices.Sorted(mapsKeys(byName))
+	all := make([]dialect.Policy, len(known))
+	for i, n := range known {
+		all[i] = byName[n]
+	}
+	if roles == nil {
+		return nil, all
+	}
 	out := map[string][]dialect.Policy{}
 	for _, name := range roles.Names() {
 		field := "roles." + name + ".policies"
@@ -152,7 +156,7 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 			}
 		}
 	}
-	return out
+	return out, all
 }
 
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {
@@ -264,3 +268,7 @@ func dialectSkips(s *Set, out map[string][]SkippedRule) {
 		}
 	}
 }
+
+// DialectPolicies are every policy of the set's directory in another
+// dialect, listed by a role or not, sorted by name: what qnctl lint checks.
+func (s *Set) DialectPolicies() []dialect.Policy { return s.allDialects }

@@ -68,7 +68,8 @@ type Set struct {
 	patterns map[string][]*pattern.Policy
 	// dialects are each role's policies in other dialects (roles.yaml's
 	// policies), judged beside the patterns.
-	dialects map[string][]dialect.Policy
+	dialects    map[string][]dialect.Policy
+	allDialects []dialect.Policy
 	// fields is what of the input the set's policies may read.
 	fields *inputFields
 	// objectReads is what of the objects its decisions may read.
@@ -85,7 +86,7 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	rolesSrc, roles := readRoleTable(fsys, &problems)
 	patterns, patternFiles := rolePatterns(fsys, roles, &problems)
 	dialectDocs, dialectFiles := readDialectDocuments(fsys, &problems)
-	dialects := routeDialects(dialectDocs, roles, &problems)
+	dialects, allDialects := routeDialects(dialectDocs, roles, &problems)
 	data, dataSrc := readData(fsys, &problems)
 	// Role parameters are data too: a role's policies read data.roles.<role>.
 	params := map[string]any{}
@@ -118,7 +119,7 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 		return nil, problems
 	}
 	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, append(patternFiles, dialectFiles...)), Roles: roles, Compiled: compiled,
-		patterns: patterns, dialects: dialects,
+		patterns: patterns, dialects: dialects, allDialects: allDialects,
 		fields: newInputFields(compiled), objectReads: objectReadsOf(compiled)}
 	problems = set.prepare(ctx, opts.EvalTimeout)
 	if !opts.SkipTests && len(problems) == 0 {
