@@ -160,13 +160,13 @@ func (p *Policy) Results(_ context.Context, req *dialect.Request) []RuleResult {
 		return nil
 	}
 	t := newTarget(req, obj, req.Operation)
-	doc := newDocument(req, req.Object, req.OldObject, req.Operation)
+	base := lazyDocument(func() document { return newDocument(req, req.Object, req.OldObject, req.Operation) })
 	var out []RuleResult
 	for _, r := range p.rules {
 		if req.Background && len(r.requesterReads) > 0 || !r.matches(t) {
 			continue
 		}
-		res := r.judge(doc.clone(), req)
+		res := r.judge(lazyDocument(func() document { return base().clone() }), req)
 		if res.status == statusNone {
 			// Kyverno reports a rule with nothing to judge (an empty
 			// foreach list, a DELETE) as passed... only when it applied:
@@ -288,7 +288,7 @@ type level struct {
 // rule that the old object already failed is skipped (pre-existing
 // violations are allowed unless the rule says allowExistingViolations:
 // false).
-func (r *rule) judge(doc document, req *dialect.Request) result {
+func (r *rule) judge(doc docSource, req *dialect.Request) result {
 	v := r.spec.Validate
 	top := level{context: r.spec.Context, preconditions: r.spec.Preconditions, deny: v.Deny, pattern: v.Pattern, anyPattern: v.AnyPattern, foreach: v.Foreach}
 	deleting := req.Operation == "DELETE"
@@ -300,7 +300,8 @@ func (r *rule) judge(doc document, req *dialect.Request) result {
 	if !r.matches(newTarget(req, req.OldObject, "CREATE")) {
 		return res
 	}
-	if prior := r.validate(newDocument(req, req.OldObject, nil, "CREATE"), top, 0, req.OldObject, false); prior.status == statusFail {
+	prior := r.validate(lazyDocument(func() document { return newDocument(req, req.OldObject, nil, "CREATE") }), top, 0, req.OldObject, false)
+	if prior.status == statusFail {
 		return result{statusSkip, "skipping the rule evaluation as pre-existing violations are allowed"}
 	}
 	return res
@@ -308,7 +309,7 @@ func (r *rule) judge(doc document, req *dialect.Request) result {
 
 // validate judges one level: context, preconditions, then deny, patterns
 // or foreach, against resource (the foreach element when scoped to it).
-func (r *rule) validate(doc document, l level, nesting int, resource map[string]any, deleting bool) result {
+func (r *rule) validate(doc docSource, l level, nesting int, resource map[string]any, deleting bool) result {
 	for _, entry := range l.context {
 		if err := loadVariable(doc, entry, deleting); err != nil {
 			return result{statusError, fmt.Sprintf("failed to load context entry %q: %v", entry.Name, err)}
@@ -337,7 +338,7 @@ func (r *rule) validate(doc document, l level, nesting int, resource map[string]
 	return result{}
 }
 
-func (r *rule) validateDeny(doc document, d *deny, deleting bool) result {
+func (r *rule) validateDeny(doc docSource, d *deny, deleting bool) result {
 	denied, msg, err := evaluateConditions(doc, d.Conditions, deleting)
 	if err != nil {
 		return result{statusError, "failed to check deny conditions: " + err.Error()}
@@ -362,7 +363,7 @@ func (r *rule) validateDeny(doc document, d *deny, deleting bool) result {
 	return result{statusFail, "the produced message didn't resolve to a string, check your policy definition."}
 }
 
-func (r *rule) validatePatterns(doc document, l level, target map[string]any, deleting bool) result {
+func (r *rule) validatePatterns(doc docSource, l level, target map[string]any, deleting bool) result {
 	if l.pattern != nil {
 		pattern, err := substitute(doc, l.pattern, deleting)
 		if err != nil {
@@ -421,7 +422,7 @@ func (r *rule) validatePatterns(doc document, l level, target map[string]any, de
 	return result{statusFail, fmt.Sprintf("validation error: %s. %s", msg, detail)}
 }
 
-func (r *rule) validateForEach(doc document, list []foreach, nesting int, resource map[string]any, deleting bool) result {
+func (r *rule) validateForEach(doc docSource, list []foreach, nesting int, resource map[string]any, deleting bool) result {
 	applied := 0
 	var listErr error
 	for i := range list {
@@ -430,7 +431,7 @@ func (r *rule) validateForEach(doc document, list []foreach, nesting int, resour
 		if deleting {
 			expr = strings.ReplaceAll(expr, "request.object", "request.oldObject")
 		}
-		found, err := doc.query(expr)
+		found, err := doc().query(expr)
 		if err != nil {
 			if strings.Contains(err.Error(), "Unknown key") {
 				continue
@@ -462,25 +463,26 @@ func (r *rule) validateForEach(doc document, list []foreach, nesting int, resour
 	return result{statusPass, ""}
 }
 
-func (r *rule) validateElements(doc document, l level, elements []any, nesting int, resource map[string]any, deleting bool) (result, int) {
+func (r *rule) validateElements(doc docSource, l level, elements []any, nesting int, resource map[string]any, deleting bool) (result, int) {
 	applied := 0
 	for i, element := range elements {
 		if element == nil {
 			continue
 		}
-		scope := doc.clone()
-		scope["element"], scope[fmt.Sprintf("element%d", nesting)] = element, element
-		scope["elementIndex"], scope[fmt.Sprintf("elementIndex%d", nesting)] = float64(i), float64(i)
+		scoped := doc().clone()
+		scoped["element"], scoped[fmt.Sprintf("element%d", nesting)] = element, element
+		scoped["elementIndex"], scoped[fmt.Sprintf("elementIndex%d", nesting)] = float64(i), float64(i)
+		scope := docSource(func() document { return scoped })
 		target := resource
 		m, isMap := element.(map[string]any)
-		scoped := isMap
+		toElement := isMap
 		if l.elementScope != nil {
 			if *l.elementScope && !isMap {
 				return result{statusError, fmt.Sprintf("failed to process foreach: cannot use elementScope=true foreach rules for elements that are not maps, expected type=map got type=%T", element)}, applied
 			}
-			scoped = *l.elementScope
+			toElement = *l.elementScope
 		}
-		if scoped {
+		if toElement {
 			target = m
 		}
 		res := r.validate(scope, l, nesting+1, target, deleting)
@@ -499,7 +501,7 @@ func (r *rule) validateElements(doc document, l level, elements []any, nesting i
 
 // message is the rule's validate.message with its variables substituted;
 // ok is false when they do not resolve.
-func (r *rule) message(doc document, deleting bool) (string, bool) {
+func (r *rule) message(doc docSource, deleting bool) (string, bool) {
 	if r.spec.Validate.Message == "" {
 		return "", true
 	}
@@ -511,7 +513,7 @@ func (r *rule) message(doc document, deleting bool) (string, bool) {
 	return str, ok
 }
 
-func (r *rule) failedAt(doc document, err error, path string, deleting bool) string {
+func (r *rule) failedAt(doc docSource, err error, path string, deleting bool) string {
 	msg, ok := r.message(doc, deleting)
 	switch {
 	case !ok:
@@ -524,7 +526,7 @@ func (r *rule) failedAt(doc document, err error, path string, deleting bool) str
 	return fmt.Sprintf("validation error: %s rule %s failed at path %s", msg, r.spec.Name, path)
 }
 
-func (r *rule) errorMessage(doc document, err error, deleting bool) string {
+func (r *rule) errorMessage(doc docSource, err error, deleting bool) string {
 	msg, ok := r.message(doc, deleting)
 	switch {
 	case !ok:
@@ -545,7 +547,7 @@ func (r *rule) substitutionError(err error) string {
 // its value (variables substituted), or its JMESPath over the context, or
 // the JMESPath applied to the value when both are set; the default when
 // the query fails or finds nothing.
-func loadVariable(doc document, entry contextEntry, deleting bool) error {
+func loadVariable(doc docSource, entry contextEntry, deleting bool) error {
 	v := entry.Variable
 	path := ""
 	if v.JMESPath != "" {
@@ -582,7 +584,7 @@ func loadVariable(doc document, entry contextEntry, deleting bool) error {
 			return fmt.Errorf("failed to apply jmespath %s to variable %v: %v", path, value, err)
 		}
 	case path != "":
-		if found, err := doc.query(path); err == nil {
+		if found, err := doc().query(path); err == nil {
 			if found != nil {
 				output = found
 			}
@@ -593,7 +595,7 @@ func loadVariable(doc document, entry contextEntry, deleting bool) error {
 	if output == nil {
 		return fmt.Errorf("failed to add context entry for variable %s since it evaluated to nil", entry.Name)
 	}
-	setPath(doc, entry.Name, jsonValue(output))
+	setPath(doc(), entry.Name, jsonValue(output))
 	return nil
 }
 

@@ -27,6 +27,21 @@ var variablePattern = regexp.MustCompile(`(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\
 // context variables at the top level.
 type document map[string]any
 
+// docSource gives a rule its document, built on first use: a pattern
+// without variables that holds never pays for it.
+type docSource func() document
+
+// lazyDocument memoizes build.
+func lazyDocument(build func() document) docSource {
+	var d document
+	return func() document {
+		if d == nil {
+			d = build()
+		}
+		return d
+	}
+}
+
 func (d document) clone() document {
 	out := make(document, len(d)+4)
 	for k, v := range d {
@@ -46,7 +61,7 @@ func (d document) query(expr string) (any, error) {
 // type; a variable inside a string is written into it (JSON for lists and
 // maps); an escaped \{{ stays literal. On DELETE request.object reads the
 // old object.
-func substitute(d document, v any, deleting bool) (any, error) {
+func substitute(d docSource, v any, deleting bool) (any, error) {
 	switch t := v.(type) {
 	case string:
 		return substituteString(d, t, deleting)
@@ -79,7 +94,7 @@ func substitute(d document, v any, deleting bool) (any, error) {
 	return v, nil
 }
 
-func substituteString(d document, s string, deleting bool) (any, error) {
+func substituteString(d docSource, s string, deleting bool) (any, error) {
 	for range 32 {
 		loc := variablePattern.FindStringSubmatchIndex(s)
 		if loc == nil {
@@ -93,7 +108,7 @@ func substituteString(d document, s string, deleting bool) (any, error) {
 		if deleting {
 			expr = strings.ReplaceAll(expr, "request.object", "request.oldObject")
 		}
-		val, err := d.query(expr)
+		val, err := d().query(expr)
 		if err != nil {
 			return nil, fmt.Errorf("failed to resolve %s: %w", expr, err)
 		}
@@ -133,7 +148,7 @@ type condition struct {
 // {any: [...], all: [...]} (any one of any, and every one of all) or a
 // list of conditions that must all hold. The message is the failed
 // conditions' (or, when they hold, the held ones') messages.
-func evaluateConditions(d document, raw any, deleting bool) (bool, string, error) {
+func evaluateConditions(d docSource, raw any, deleting bool) (bool, string, error) {
 	switch t := raw.(type) {
 	case nil:
 		return true, "", nil
@@ -199,7 +214,7 @@ func appendNonEmpty(l []string, s string) []string {
 	return l
 }
 
-func evaluateCondition(d document, raw any, deleting bool) (bool, string, error) {
+func evaluateCondition(d docSource, raw any, deleting bool) (bool, string, error) {
 	m, ok := raw.(map[string]any)
 	if !ok {
 		return false, "", fmt.Errorf("a condition is a mapping with key, operator and value, not %T", raw)
