@@ -163,3 +163,22 @@ func scalarChild(m *yaml.Node, key string) string {
 	}
 	return ""
 }
+
+// Verdict is one rule's verdict on one request, for explanations.
+type Verdict struct {
+	Rule string
+	// Status is pass, fail, skip or error.
+	Status  string
+	Message string
+	// Warn: a failure only warns.
+	Warn bool
+	// Line is where the rule is declared.
+	Line int
+}
+
+// Explainer is a Policy that can say what each of its rules made of a
+// request, those that held included; a rule that does not apply to the
+// request has no verdict.
+type Explainer interface {
+	Verdicts(ctx context.Context, req *Request) []Verdict
+}

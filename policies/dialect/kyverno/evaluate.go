@@ -623,3 +623,17 @@ func cloneMap(m map[string]any) map[string]any {
 	}
 	return out
 }
+
+// Verdicts is what each rule that matches req made of it, for qnctl eval
+// --explain.
+func (p *Policy) Verdicts(ctx context.Context, req *dialect.Request) []dialect.Verdict {
+	lines := map[string]int{}
+	for _, r := range p.rules {
+		lines[r.spec.Name] = r.line
+	}
+	var out []dialect.Verdict
+	for _, r := range p.Results(ctx, req) {
+		out = append(out, dialect.Verdict{Rule: r.Rule, Status: string(r.Status), Message: r.Message, Warn: r.Audit, Line: lines[r.Rule]})
+	}
+	return out
+}
