@@ -1,7 +1,10 @@
 package policies
 
-import "github.com/quantumnode/qn-admission/policies/dialect"
+import (
+	"github.com/quantumnode/qn-admission/policies/dialect"
+	"github.com/quantumnode/qn-admission/policies/dialect/admissionpolicy"
+)
 
 // dialectReaders are the policy dialects a directory may hold besides Rego
 // and pattern files, one package each under policies/dialect.
-var dialectReaders = []dialect.Reader{}
+var dialectReaders = []dialect.Reader{admissionpolicy.Reader{}}
