@@ -203,24 +203,42 @@ func child(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
+// childKey is the key node of key in the mapping n, nil when absent.
+func childKey(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i]
+		}
+	}
+	return nil
+}
+
 // lineAt is the line of the node at a path of keys and indices
 // ("spec", "validations", 2, "expression"), or of the deepest found.
 func lineAt(n *yaml.Node, path ...any) int {
 	line := n.Line
 	for _, p := range path {
 		var c *yaml.Node
+		at := 0
 		switch k := p.(type) {
 		case string:
-			c = child(n, k)
+			// A field is where its key is: a block value starts below.
+			if key := childKey(n, k); key != nil {
+				c, at = child(n, k), key.Line
+			}
 		case int:
 			if n.Kind == yaml.SequenceNode && k < len(n.Content) {
 				c = n.Content[k]
+				at = c.Line
 			}
 		}
 		if c == nil {
 			return line
 		}
-		n, line = c, c.Line
+		n, line = c, at
 	}
 	return line
 }

@@ -164,7 +164,7 @@ type kyvernoLibrary struct {
 
 const (
 	needsCluster = "needs a cluster: not supported offline"
-	notOffered   = "not supported offline: qn-admission judges with Kubernetes' CEL libraries only"
+	notOffered   = "is not supported offline: qn-admission judges with Kubernetes' CEL libraries only"
 )
 
 // kyvernoVariables are the variables Kyverno's CEL environment adds.
