@@ -79,9 +79,17 @@ func (p *Policy) Evaluate(ctx context.Context, req *dialect.Request) []dialect.F
 		return nil
 	}
 	attrs := attributes(req)
-	gvk := attrs.GetKind()
 	o := &outcome{p: p, background: req.Background}
 	ok, err := p.constraints.matches(attrs)
+	if !ok && err == nil && req.Background {
+		// The audit judges a stored object as an UPDATE of itself; a
+		// policy of CREATE only judges it as its creation, as the
+		// pattern policies do.
+		created := *req
+		created.Operation, created.OldObject = string(admission.Create), nil
+		attrs = attributes(&created)
+		ok, err = p.constraints.matches(attrs)
+	}
 	if err != nil {
 		o.configError(fmt.Errorf("failed to configure policy: %w", err))
 		return o.findings
@@ -89,6 +97,7 @@ func (p *Policy) Evaluate(ctx context.Context, req *dialect.Request) []dialect.F
 	if !ok {
 		return nil
 	}
+	gvk := attrs.GetKind()
 	va := &admission.VersionedAttributes{Attributes: attrs, VersionedObject: attrs.GetObject(), VersionedOldObject: attrs.GetOldObject(), VersionedKind: gvk}
 	var ns *corev1.Namespace
 	if n := attrs.GetNamespace(); n != "" && !(gvk.Group == "" && gvk.Kind == "Namespace") {

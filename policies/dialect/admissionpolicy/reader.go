@@ -207,8 +207,17 @@ func (c *checker) policy(name, kind string, spec *admissionregistrationv1.Valida
 	if spec.FailurePolicy != nil {
 		failure = *spec.FailurePolicy
 	}
+	rules := prog.rules
+	if !writes(spec.MatchConstraints) {
+		// A policy of DELETE or CONNECT only judges no stored object.
+		rules = make([]dialect.Rule, len(prog.rules))
+		for i, r := range prog.rules {
+			r.RequesterReads = append(slices.Clone(r.RequesterReads), "DELETE or CONNECT requests only (matchConstraints.resourceRules)")
+			rules[i] = r
+		}
+	}
 	return &Policy{name: name, kind: kind, file: c.doc.File, line: c.doc.Line, constraints: constraints, failure: failure,
-		program: prog, rules: prog.rules, admission: true, background: true}
+		program: prog, rules: rules, admission: true, background: true}
 }
 
 // validatingPolicy checks a Kyverno ValidatingPolicy and compiles it as
@@ -257,6 +266,18 @@ func (c *checker) validatingPolicy(v *validatingPolicy) *Policy {
 		p.rules = rules
 	}
 	return p
+}
+
+// writes says the policy's rules judge CREATE or UPDATE.
+func writes(mr *admissionregistrationv1.MatchResources) bool {
+	for _, r := range mr.ResourceRules {
+		for _, op := range r.Operations {
+			if op == admissionregistrationv1.Create || op == admissionregistrationv1.Update || op == admissionregistrationv1.OperationAll {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *checker) checkBinding(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
