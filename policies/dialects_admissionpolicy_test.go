@@ -129,3 +129,36 @@ func TestDialectCELLoadErrorsReachTheSet(t *testing.T) {
 		t.Fatalf("load: %v", err)
 	}
 }
+
+// BenchmarkEngineValidateCELPolicies is a role's validation with its Rego
+// package alone, and with a ValidatingAdmissionPolicy (binding and
+// parameters) and a Kyverno ValidatingPolicy beside it.
+func BenchmarkEngineValidateCELPolicies(b *testing.B) {
+	arm := `{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-1","namespace":"edge","labels":{"team":"ops"}},"spec":{"hardware":{"arch":"arm64"},"services":[{"name":"a","port":8080}]}}`
+	for _, c := range []struct{ name, policies string }{
+		{"rego_only", ""},
+		{"rego_and_two_CEL_policies", "    policies: [allowed-arch, require-team]\n"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			fsys := fstest.MapFS{
+				"roles.yaml": {Data: []byte("defaultRole: r\nroles:\n  r:\n    operations: [CREATE, UPDATE]\n    packages: [p]\n" + c.policies)},
+				"p.rego":     {Data: []byte(portRego)},
+			}
+			for k, v := range celPolicies {
+				fsys[k] = v
+			}
+			set, err := Load(context.Background(), fsys, LoadOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			e := NewEngine(set, EngineOptions{})
+			in := qnInput("CREATE", arm, "")
+			b.ReportAllocs()
+			for b.Loop() {
+				if d := e.Validate(context.Background(), in); !d.Allowed {
+					b.Fatal(d.Message)
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	celtypes "github.com/google/cel-go/common/types"
@@ -255,7 +256,16 @@ func (p *Policy) validate(ctx context.Context, gvr schema.GroupVersionResource, 
 	if err != nil {
 		return failed(err.Error())
 	}
-	messages, _, msgErr := prog.messageFilter.ForInput(ctx, va, request, optional, nsObject, remaining)
+	var messages []plugincel.EvaluationResult
+	var msgErr error
+	// The API server evaluates the message expressions for every request;
+	// only a failed validation reads them. Evaluating them then alone
+	// halves the cost of an admitted request; what differs is that a
+	// message expression running out of what the validations left of the
+	// request's cost budget cannot fail an admitted request here.
+	if prog.messageFilter != nil && slices.ContainsFunc(evals, func(e plugincel.EvaluationResult) bool { return e.Error == nil && e.EvalResult != celtypes.True }) {
+		messages, _, msgErr = prog.messageFilter.ForInput(ctx, va, request, optional, nsObject, remaining)
+	}
 	out := &result{}
 	for i, ev := range evals {
 		d := decision{rule: ruleName(i)}
@@ -281,6 +291,9 @@ func (p *Policy) validate(ctx context.Context, gvr schema.GroupVersionResource, 
 			d.admit = true
 		}
 		out.decisions = append(out.decisions, d)
+	}
+	if prog.auditFilter == nil {
+		return out
 	}
 	audits, _, err := prog.auditFilter.ForInput(ctx, va, request, optional, nsObject, celconfig.RuntimeCELCostBudget)
 	if err != nil {
