@@ -149,6 +149,19 @@ func TestAgreesWithTheAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// UPDATEs of nodes stored before the policies: amd64 nodes, which
+	// allowed-arch now refuses in edge; a tier label, a privileged port
+	// (ports judges CREATE only), an empty team.
+	stored := map[string]*unstructured.Unstructured{}
+	for _, ns := range []string{"edge", "core"} {
+		base := quantumNode("stored", map[string]string{"team": "ops"}, "amd64", 8883)
+		base["metadata"].(map[string]any)["namespace"] = ns
+		o, err := cluster.Dynamic.Resource(harness.QuantumNodes).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: base}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored[ns] = o
+	}
 	apply(t, cluster.Dynamic, agreementPolicies)
 	pols := read(t, map[string]string{"policies.yaml": agreementPolicies})
 	bindingOf := map[string]string{"allowed-arch": "allowed-arch-by-namespace", "ports": "ports-of-edge", "core-tier": "core-tier-warn"}
@@ -156,7 +169,8 @@ func TestAgreesWithTheAPIServer(t *testing.T) {
 	type write struct {
 		ns, user string
 		groups   []string
-		obj      map[string]any
+		// obj is created, or replaces old (an UPDATE) when old is set.
+		obj, old map[string]any
 	}
 	var writes []write
 	i := 0
@@ -171,6 +185,23 @@ func TestAgreesWithTheAPIServer(t *testing.T) {
 						writes = append(writes, write{ns: ns, user: who[0], groups: who[1:], obj: o})
 					}
 				}
+			}
+		}
+	}
+
+	for _, ns := range []string{"edge", "core"} {
+		stored := stored[ns]
+		for _, change := range []func(o map[string]any){
+			func(o map[string]any) { o["metadata"].(map[string]any)["labels"].(map[string]any)["team"] = "" },
+			func(o map[string]any) { o["metadata"].(map[string]any)["labels"].(map[string]any)["tier"] = "core" },
+			func(o map[string]any) {
+				o["spec"].(map[string]any)["services"].([]any)[0].(map[string]any)["port"] = int64(80)
+			},
+		} {
+			for _, who := range [][]string{{"alice", "qn:operators"}, {"bob"}} {
+				updated := stored.DeepCopy().Object
+				change(updated)
+				writes = append(writes, write{ns: ns, user: who[0], groups: who[1:], obj: updated, old: stored.Object})
 			}
 		}
 	}
@@ -190,7 +221,12 @@ func TestAgreesWithTheAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = dyn.Resource(harness.QuantumNodes).Namespace(w.ns).Create(ctx, &unstructured.Unstructured{Object: w.obj}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		nodes := dyn.Resource(harness.QuantumNodes).Namespace(w.ns)
+		if w.old != nil {
+			_, err = nodes.Update(ctx, &unstructured.Unstructured{Object: w.obj}, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		} else {
+			_, err = nodes.Create(ctx, &unstructured.Unstructured{Object: w.obj}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		}
 		a := answer{warnings: warnings.list()}
 		if err != nil {
 			var status apierrors.APIStatus
@@ -208,6 +244,9 @@ func TestAgreesWithTheAPIServer(t *testing.T) {
 	// first refusal of its policies, in an order of its own.
 	ours := func(w write) (refusals, warnings []string) {
 		req := qnRequest("CREATE", w.obj, nil)
+		if w.old != nil {
+			req = qnRequest("UPDATE", w.obj, w.old)
+		}
 		req.Namespace, req.DryRun = w.ns, true
 		req.UserInfo.Username, req.UserInfo.Groups = w.user, append(slices.Clone(w.groups), "system:authenticated")
 		names := make([]string, 0, len(pols))
@@ -234,6 +273,9 @@ func TestAgreesWithTheAPIServer(t *testing.T) {
 			a := apiServer(w)
 			refusals, warnings := ours(w)
 			name := fmt.Sprintf("%s/%s by %s", w.ns, w.obj["metadata"].(map[string]any)["name"], w.user)
+			if w.old != nil {
+				name = fmt.Sprintf("UPDATE of %s/%s to %v by %s", w.ns, "stored", w.obj["spec"], w.user)
+			}
 			switch {
 			case a.refused == "" && len(refusals) > 0:
 				diffs = append(diffs, fmt.Sprintf("%s: the API server admits, we refuse: %q", name, refusals))
