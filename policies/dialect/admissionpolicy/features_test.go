@@ -190,3 +190,29 @@ func TestBackground(t *testing.T) {
 		t.Errorf("a ValidatingPolicy off in the background judged: %+v", got)
 	}
 }
+
+// TestConcurrentRequests: a loaded policy is shared by every request
+// (run with -race).
+func TestConcurrentRequests(t *testing.T) {
+	pols := read(t, map[string]string{"p.yaml": agreementPolicies})
+	done := make(chan []string)
+	for g := range 8 {
+		go func() {
+			var bad []string
+			for i := range 50 {
+				arch := []string{"arm64", "amd64"}[(g+i)%2]
+				req := qnRequest("CREATE", quantumNode(fmt.Sprintf("n%d", i), map[string]string{"team": "ops"}, arch, 8883), nil)
+				got := evaluate(pols["allowed-arch"], req)
+				if (arch == "amd64") != (len(got) == 1) {
+					bad = append(bad, fmt.Sprintf("%s: %+v", arch, got))
+				}
+			}
+			done <- bad
+		}()
+	}
+	for range 8 {
+		if bad := <-done; len(bad) > 0 {
+			t.Error(bad)
+		}
+	}
+}
