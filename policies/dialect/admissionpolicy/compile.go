@@ -135,6 +135,10 @@ func (c *checker) compile(spec *admissionregistrationv1.ValidatingAdmissionPolic
 			c.at(path, f, "reads authorizer, which needs the cluster's authorizer (a SubjectAccessReview): not supported offline")
 			c.hint("check the requester's user and groups (request.userInfo) instead, or keep the rule in the API server")
 		}
+		if r.has("request.options") {
+			c.at(path, f, "reads request.options, which qn-admission does not pass to CEL policies")
+			c.hint("request.dryRun says whether the request is a dry run")
+		}
 		if ns := r.namespaceReads(); len(ns) > 0 {
 			c.at(path, f, "reads %s: qn-admission is told a request's namespace name, not the namespace's labels, annotations or status", strings.Join(ns, ", "))
 			c.hint("read namespaceObject.metadata.name or request.namespace only")

@@ -72,6 +72,10 @@ func TestLoadErrorsNameFileLineAndReason(t *testing.T) {
 			vap("p", "  validations:\n  - expression: \"authorizer.group('qn.dev').resource('quantumnodes').check('delete').allowed()\"\n"),
 			"p.yaml:13: spec.validations[0].expression: reads authorizer, which needs the cluster's authorizer",
 		},
+		"request.options are not passed": {
+			vap("p", "  validations:\n  - expression: \"!has(request.options.fieldManager)\"\n"),
+			"p.yaml:13: spec.validations[0].expression: reads request.options, which qn-admission does not pass to CEL policies",
+		},
 		"a namespace's labels are not known": {
 			vap("p", "  validations:\n  - expression: \"namespaceObject.metadata.labels['env'] == 'prod'\"\n"),
 			"p.yaml:13: spec.validations[0].expression: reads namespaceObject.metadata.labels.env: qn-admission is told a request's namespace name",

@@ -130,7 +130,7 @@ func (r *reads) variables() []string {
 
 // requesterParts are the parts of an admission request a stored object
 // has none of: a rule reading one is skipped by the audit.
-var requesterParts = []string{"request.userInfo", "request.dryRun", "request.options", "authorizer"}
+var requesterParts = []string{"request.userInfo", "request.dryRun", "authorizer"}
 
 // requester lists the requester parts the expression reads.
 func (r *reads) requester() []string {
