@@ -2,16 +2,12 @@ package policies
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 	"slices"
 	"sort"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/quantumnode/qn-admission/policies/dialect"
 	"github.com/quantumnode/qn-admission/policies/pattern"
@@ -53,28 +49,12 @@ func readDialectDocuments(fsys fs.FS, problems *Problems) ([]dialect.Document, [
 		if err != nil {
 			return err
 		}
-		before := len(docs)
-		dec := yaml.NewDecoder(strings.NewReader(string(src)))
-		for {
-			var n yaml.Node
-			if err := dec.Decode(&n); err != nil {
-				if !errors.Is(err, io.EOF) && mentionsPolicyAPI(src) {
-					pr := yamlProblem(p, err)
-					*problems = append(*problems, pr)
-				}
-				break
-			}
-			if len(n.Content) == 0 || n.Content[0].Kind != yaml.MappingNode {
-				continue
-			}
-			m := n.Content[0]
-			av, k := scalarChild(m, "apiVersion"), scalarChild(m, "kind")
-			if av == "" || k == "" {
-				continue
-			}
-			docs = append(docs, dialect.Document{File: p, Line: m.Line, APIVersion: av, Kind: k, Node: m})
+		found, err := dialect.Documents(p, src)
+		if err != nil && mentionsPolicyAPI(src) {
+			*problems = append(*problems, yamlProblem(p, err))
 		}
-		if len(docs) > before {
+		docs = append(docs, found...)
+		if len(found) > 0 {
 			files = append(files, pattern.File{Path: p, Source: src})
 		}
 		return nil
@@ -104,15 +84,6 @@ func mentionsPolicyAPI(src []byte) bool {
 
 func yamlProblem(file string, err error) *Problem {
 	return &Problem{File: file, Message: "not valid YAML: " + err.Error(), Hint: "fix the YAML; the file declares a policy API"}
-}
-
-func scalarChild(m *yaml.Node, key string) string {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key && m.Content[i+1].Kind == yaml.ScalarNode {
-			return m.Content[i+1].Value
-		}
-	}
-	return ""
 }
 
 // routeDialects hands each reader the documents of its kinds, refuses the

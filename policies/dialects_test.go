@@ -40,3 +40,68 @@ func TestPolicyFilesAreNeverSilentlyIgnored(t *testing.T) {
 		t.Fatalf("a role naming a missing policy: %v", err)
 	}
 }
+
+// qnClusterPolicy is a Kyverno ClusterPolicy for QuantumNodes, as a user
+// would copy it from a Kyverno cluster.
+const qnClusterPolicy = `apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: qn-require-zone
+spec:
+  validationFailureAction: Enforce
+  background: true
+  rules:
+  - name: zone-label
+    match:
+      any:
+      - resources:
+          kinds: [qn.dev/v1alpha1/QuantumNode]
+          operations: [CREATE, UPDATE]
+    validate:
+      message: "QuantumNode {{ request.object.metadata.name }} needs a zone label"
+      pattern:
+        metadata:
+          labels:
+            zone: "?*"
+  - name: team-warning
+    match:
+      any:
+      - resources: {kinds: [QuantumNode]}
+    validate:
+      failureAction: Audit
+      message: QuantumNodes should name their team
+      pattern: {metadata: {labels: {team: "?*"}}}
+`
+
+// TestAClusterPolicyJudgesAtAdmissionAndInTheAudit: a Kyverno
+// ClusterPolicy listed under a role's policies denies at admission (and
+// its Audit rule warns), and the audit reports each rule by name.
+func TestAClusterPolicyJudgesAtAdmissionAndInTheAudit(t *testing.T) {
+	fsys := fstest.MapFS{
+		"roles.yaml":              {Data: []byte("defaultRole: r\nroles:\n  r:\n    operations: [CREATE, UPDATE]\n    policies: [qn-require-zone]\n")},
+		"kyverno/qn-require.yaml": {Data: []byte(qnClusterPolicy)},
+	}
+	set, err := Load(context.Background(), fsys, LoadOptions{})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	e := NewEngine(set, EngineOptions{})
+	d := e.Validate(context.Background(), qnInput("CREATE", nodeWith(`{"priority":"low"}`, `[{"name":"a","port":8080}]`), ""))
+	wantDeny := `denied by qn-admission (role "r"): validation error: QuantumNode edge-1 needs a zone label. rule zone-label failed at path /metadata/labels/zone/ (ClusterPolicy qn-require-zone rule zone-label)`
+	if d.Allowed || d.Code != 403 || d.Message != wantDeny {
+		t.Fatalf("decision allowed=%v code=%d message=%q\nwant 403 %q", d.Allowed, d.Code, d.Message, wantDeny)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "QuantumNodes should name their team") {
+		t.Errorf("warnings %q: the Audit rule warns", d.Warnings)
+	}
+	ok := e.Validate(context.Background(), qnInput("CREATE", nodeWith(`{"zone":"a","team":"x"}`, `[{"name":"a","port":8080}]`), ""))
+	if !ok.Allowed || len(ok.Warnings) != 0 {
+		t.Errorf("a node with both labels: allowed=%v warnings=%q", ok.Allowed, ok.Warnings)
+	}
+
+	audit := e.Audit(context.Background(), storedNode("edge", nil, map[string]any{"priority": "low"}, nil))
+	got := verdicts(audit)
+	if strings.Join(got, " ") != "qn-require-zone.team-warning=warn qn-require-zone.zone-label=fail" || audit.Compliant() {
+		t.Errorf("audit %q compliant=%v, want zone-label failed and team-warning warned", got, audit.Compliant())
+	}
+}

@@ -13,7 +13,10 @@
 package dialect
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -135,3 +138,37 @@ var PolicyGroups = []string{"kyverno.io", "policies.kyverno.io", "admissionregis
 
 // Key is a document's apiVersion and kind as Reader.Kinds lists them.
 func Key(apiVersion, kind string) string { return apiVersion + " " + kind }
+
+// Documents splits one YAML file into its documents that declare an
+// apiVersion and a kind; others (comments, lists of cases) are skipped.
+func Documents(file string, src []byte) ([]Document, error) {
+	var docs []Document
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); err != nil {
+			if errors.Is(err, io.EOF) {
+				return docs, nil
+			}
+			return docs, err
+		}
+		if len(n.Content) == 0 || n.Content[0].Kind != yaml.MappingNode {
+			continue
+		}
+		m := n.Content[0]
+		av, k := scalarChild(m, "apiVersion"), scalarChild(m, "kind")
+		if av == "" || k == "" {
+			continue
+		}
+		docs = append(docs, Document{File: file, Line: m.Line, APIVersion: av, Kind: k, Node: m})
+	}
+}
+
+func scalarChild(m *yaml.Node, key string) string {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key && m.Content[i+1].Kind == yaml.ScalarNode {
+			return m.Content[i+1].Value
+		}
+	}
+	return ""
+}
