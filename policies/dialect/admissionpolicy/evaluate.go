@@ -39,6 +39,9 @@ type Policy struct {
 	program     *program
 	bindings    []*binding
 	rules       []dialect.Rule
+	// namespace is a NamespacedValidatingPolicy's: it judges the requests
+	// of that namespace only.
+	namespace string
 	// admission and background say when a Kyverno ValidatingPolicy is
 	// judged (spec.evaluation); always both for a ValidatingAdmissionPolicy.
 	admission, background bool
@@ -77,6 +80,9 @@ func (p *Policy) Rules() []dialect.Rule { return p.rules }
 // validation as the binding's validationActions say.
 func (p *Policy) Evaluate(ctx context.Context, req *dialect.Request) []dialect.Finding {
 	if req.Background && !p.background || !req.Background && !p.admission {
+		return nil
+	}
+	if p.namespace != "" && req.Namespace != p.namespace {
 		return nil
 	}
 	attrs := attributes(req)

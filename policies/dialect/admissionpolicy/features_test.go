@@ -132,6 +132,11 @@ func TestFeatures(t *testing.T) {
 			map[string]string{"p.yaml": kyvernoPolicy("k", "  evaluation: {admission: {enabled: false}}\n"+armOnly)},
 			[]check{{amd, nil}},
 		},
+		"a NamespacedValidatingPolicy judges its namespace only": {
+			map[string]string{"p.yaml": strings.Replace(strings.Replace(kyvernoPolicy("k", armOnly), "kind: ValidatingPolicy", "kind: NamespacedValidatingPolicy", 1), "  name: k\n", "  name: k\n  namespace: edge\n", 1),
+				"q.yaml": strings.Replace(strings.Replace(kyvernoPolicy("q", armOnly), "kind: ValidatingPolicy", "kind: NamespacedValidatingPolicy", 1), "  name: q\n", "  name: q\n  namespace: core\n", 1)},
+			[]check{{amd, []dialect.Finding{deny("validations[0]", "only arm64 nodes")}}},
+		},
 		"v1beta1 and v1alpha1 ValidatingPolicies read alike": {
 			map[string]string{"p.yaml": strings.Replace(kyvernoPolicy("k", armOnly), "policies.kyverno.io/v1", "policies.kyverno.io/v1beta1", 1),
 				"q.yaml": strings.Replace(kyvernoPolicy("q", armOnly), "policies.kyverno.io/v1", "policies.kyverno.io/v1alpha1", 1)},
@@ -143,7 +148,7 @@ func TestFeatures(t *testing.T) {
 			pols := read(t, c.files)
 			for i, ch := range c.checks {
 				for _, p := range pols {
-					if strings.HasPrefix(name, "a namespaceSelector") && p.Name() == "q" {
+					if (strings.HasPrefix(name, "a namespaceSelector") || strings.HasPrefix(name, "a NamespacedValidatingPolicy")) && p.Name() == "q" {
 						if got := evaluate(p, ch.req); got != nil {
 							t.Errorf("check %d: the policy of namespace core judged edge: %+v", i, got)
 						}

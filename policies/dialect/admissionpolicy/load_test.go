@@ -148,6 +148,10 @@ func TestLoadErrorsNameFileLineAndReason(t *testing.T) {
 			kyvernoPolicy("k", "  validationAction: [Audit]\n  validations:\n  - expression: 'true'\n"),
 			"p.yaml:12: spec.validationAction: unknown field",
 		},
+		"a NamespacedValidatingPolicy needs its namespace": {
+			strings.Replace(kyvernoPolicy("k", "  validations:\n  - expression: 'true'\n"), "kind: ValidatingPolicy", "kind: NamespacedValidatingPolicy", 1),
+			"p.yaml:3: metadata.namespace: a NamespacedValidatingPolicy judges the requests of its namespace",
+		},
 		"two policies of one name are refused": {
 			vap("p", "  validations:\n  - expression: 'true'\n") + "---\n" + kyvernoPolicy("p", "  validations:\n  - expression: 'true'\n"),
 			`p.yaml:15: metadata.name: ValidatingPolicy "p" is also declared at p.yaml:1 (ValidatingAdmissionPolicy)`,

@@ -1,8 +1,8 @@
 // Package admissionpolicy reads and judges the CEL policies users keep for
 // the API server and for Kyverno: Kubernetes ValidatingAdmissionPolicies
 // with their ValidatingAdmissionPolicyBindings and parameters, and Kyverno
-// ValidatingPolicies (the ValidatingAdmissionPolicy subset with Kyverno's
-// field names). Expressions compile and run in k8s.io/apiserver's own CEL
+// ValidatingPolicies and NamespacedValidatingPolicies (the
+// ValidatingAdmissionPolicy subset with Kyverno's field names). Expressions compile and run in k8s.io/apiserver's own CEL
 // environment and admission libraries, so a policy means here what it
 // means in the API server; what needs a cluster (the authorizer, a
 // namespace's labels, Kyverno's resource and http libraries) is refused
@@ -29,6 +29,9 @@ const (
 	KindPolicy           = "ValidatingAdmissionPolicy"
 	KindBinding          = "ValidatingAdmissionPolicyBinding"
 	KindValidatingPolicy = "ValidatingPolicy"
+	// KindNamespacedValidatingPolicy is a ValidatingPolicy that judges
+	// the requests of its own namespace only.
+	KindNamespacedValidatingPolicy = "NamespacedValidatingPolicy"
 )
 
 var (
@@ -48,6 +51,9 @@ func (Reader) Kinds() []string {
 	}
 	for _, v := range kyvernoVersions {
 		out = append(out, dialect.Key(v, KindValidatingPolicy))
+		if v != "policies.kyverno.io/v1alpha1" {
+			out = append(out, dialect.Key(v, KindNamespacedValidatingPolicy))
+		}
 	}
 	return out
 }
@@ -73,7 +79,7 @@ func (Reader) ReadWithParams(docs, others []dialect.Document) ([]dialect.Policy,
 		switch d.Kind {
 		case KindPolicy:
 			vaps = append(vaps, d)
-		case KindValidatingPolicy:
+		case KindValidatingPolicy, KindNamespacedValidatingPolicy:
 			vps = append(vps, d)
 		case KindBinding:
 			var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
@@ -151,7 +157,7 @@ func (Reader) ReadWithParams(docs, others []dialect.Document) ([]dialect.Policy,
 			continue
 		}
 		c := &checker{doc: d}
-		p := c.validatingPolicy(&v)
+		p := c.validatingPolicy(&v, d.Kind)
 		if len(c.problems) > 0 {
 			problems = append(problems, c.problems...)
 			continue
@@ -223,8 +229,11 @@ func (c *checker) policy(name, kind string, spec *admissionregistrationv1.Valida
 // validatingPolicy checks a Kyverno ValidatingPolicy and compiles it as
 // the ValidatingAdmissionPolicy it reads as: the role table binds it, with
 // its own validationActions.
-func (c *checker) validatingPolicy(v *validatingPolicy) *Policy {
+func (c *checker) validatingPolicy(v *validatingPolicy, kind string) *Policy {
 	s := &v.Spec
+	if kind == KindNamespacedValidatingPolicy && v.Namespace == "" {
+		c.at([]any{"metadata"}, "metadata.namespace", "a NamespacedValidatingPolicy judges the requests of its namespace: set metadata.namespace")
+	}
 	if e := s.Evaluation; e != nil && e.Mode != "" && e.Mode != "Kubernetes" {
 		c.at([]any{"spec", "evaluation", "mode"}, "spec.evaluation.mode", "mode %s judges JSON documents, not admission requests: not supported offline", e.Mode)
 		c.hint("qn-admission judges Kubernetes admission requests (mode: Kubernetes)")
@@ -242,9 +251,12 @@ func (c *checker) validatingPolicy(v *validatingPolicy) *Policy {
 		MatchConstraints: s.MatchConstraints, Validations: s.Validations, FailurePolicy: s.FailurePolicy,
 		AuditAnnotations: s.AuditAnnotations, MatchConditions: s.MatchConditions, Variables: s.Variables,
 	}
-	p := c.policy(v.Name, KindValidatingPolicy, spec, false)
+	p := c.policy(v.Name, kind, spec, false)
 	if p == nil || len(c.problems) > 0 {
 		return nil
+	}
+	if kind == KindNamespacedValidatingPolicy {
+		p.namespace = v.Namespace
 	}
 	p.bindings = []*binding{{actions: actions}}
 	if e := s.Evaluation; e != nil {
