@@ -96,13 +96,16 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 		supported = append(supported, r.Kinds()...)
 	}
 	sort.Strings(supported)
+	var others []dialect.Document
 	for _, d := range docs {
 		key := dialect.Key(d.APIVersion, d.Kind)
 		i := slices.IndexFunc(dialectReaders, func(r dialect.Reader) bool { return slices.Contains(r.Kinds(), key) })
 		switch {
 		case i >= 0:
 			byReader[i] = append(byReader[i], d)
-		case slices.Contains(dialect.PolicyGroups, d.Group()):
+		case !slices.Contains(dialect.PolicyGroups, d.Group()):
+			others = append(others, d)
+		default:
 			hint := "qn-admission reads " + strings.Join(supported, ", ")
 			if len(supported) == 0 {
 				hint = "this build of qn-admission reads no policy dialects besides Rego and pattern files"
@@ -116,7 +119,13 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 		if len(byReader[i]) == 0 {
 			continue
 		}
-		pols, broken := r.Read(byReader[i])
+		var pols []dialect.Policy
+		var broken []*Problem
+		if pr, ok := r.(dialect.ParamsReader); ok {
+			pols, broken = pr.ReadWithParams(byReader[i], others)
+		} else {
+			pols, broken = r.Read(byReader[i])
+		}
 		*problems = append(*problems, broken...)
 		for _, p := range pols {
 			if prev, dup := byName[p.Name()]; dup {

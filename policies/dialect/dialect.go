@@ -123,6 +123,15 @@ type Reader interface {
 	Read(docs []Document) ([]Policy, []*problem.Problem)
 }
 
+// ParamsReader is a Reader whose policies take parameters from other
+// documents of the directory (a ValidatingAdmissionPolicy's paramKind,
+// any kind): it is handed, besides the documents of its kinds, every
+// document of the directory no reader takes and no policy API declares.
+type ParamsReader interface {
+	Reader
+	ReadWithParams(docs, others []Document) ([]Policy, []*problem.Problem)
+}
+
 // PolicyGroups are the API groups of policy documents: a document of one of
 // these groups that no reader takes is a load error, never ignored.
 var PolicyGroups = []string{"kyverno.io", "policies.kyverno.io", "admissionregistration.k8s.io", "templates.gatekeeper.sh", "constraints.gatekeeper.sh"}
