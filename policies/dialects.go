@@ -103,7 +103,7 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 		switch {
 		case i >= 0:
 			byReader[i] = append(byReader[i], d)
-		case !slices.Contains(dialect.PolicyGroups, d.Group()):
+		case !isPolicyDocument(d):
 			others = append(others, d)
 		default:
 			hint := "qn-admission reads " + strings.Join(supported, ", ")
@@ -112,6 +112,14 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 			}
 			*problems = append(*problems, &Problem{File: d.File, Line: d.Line, Path: "kind",
 				Message: fmt.Sprintf("%s %s is a policy this server cannot judge", d.APIVersion, d.Kind), Hint: hint})
+		}
+	}
+	// declared are the names of every policy document, broken or not: a
+	// role listing a broken one gets its file's problem, not a second one.
+	declared := map[string]bool{}
+	for _, d := range docs {
+		if isPolicyDocument(d) {
+			declared[metadataName(d)] = true
 		}
 	}
 	byName := map[string]dialect.Policy{}
@@ -155,6 +163,8 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 				*problems = append(*problems, &Problem{File: RolesFile, Line: roles.Line(field), Path: field, Message: fmt.Sprintf("%q is listed twice", pname), Hint: "list each policy once"})
 			case ok:
 				out[name] = append(out[name], p)
+			case declared[pname]:
+				// Its document is broken and already reported.
 			default:
 				msg := fmt.Sprintf("%q is not a policy of the directory (there are none)", pname)
 				if len(known) > 0 {
@@ -281,3 +291,28 @@ func dialectSkips(s *Set, out map[string][]SkippedRule) {
 // DialectPolicies are every policy of the set's directory in another
 // dialect, listed by a role or not, sorted by name: what qnctl lint checks.
 func (s *Set) DialectPolicies() []dialect.Policy { return s.allDialects }
+
+// isPolicyDocument says a document belongs to a policy API: every kind of
+// the Kyverno and Gatekeeper groups, and the admission policies (not the
+// webhook configurations) of admissionregistration.k8s.io.
+func isPolicyDocument(d dialect.Document) bool {
+	if !slices.Contains(dialect.PolicyGroups, d.Group()) {
+		return false
+	}
+	return d.Group() != "admissionregistration.k8s.io" || strings.Contains(d.Kind, "Policy")
+}
+
+// metadataName is a document's metadata.name, "" when it has none.
+func metadataName(d dialect.Document) string {
+	for i := 0; i+1 < len(d.Node.Content); i += 2 {
+		if d.Node.Content[i].Value == "metadata" {
+			m := d.Node.Content[i+1]
+			for j := 0; j+1 < len(m.Content); j += 2 {
+				if m.Content[j].Value == "name" {
+					return m.Content[j+1].Value
+				}
+			}
+		}
+	}
+	return ""
+}
