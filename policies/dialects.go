@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/quantumnode/qn-admission/internal/policyfiles"
 	"github.com/quantumnode/qn-admission/policies/dialect"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
@@ -32,23 +33,8 @@ func isDialectFile(name string) bool {
 func readDialectDocuments(fsys fs.FS, problems *Problems) ([]dialect.Document, []pattern.File) {
 	var docs []dialect.Document
 	var files []pattern.File
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != "." && strings.HasPrefix(d.Name(), ".") {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !isDialectFile(p) || strings.Contains(p, "/") && path.Dir(p) != "." && isFixtureDir(p) {
-			return nil
-		}
-		src, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return err
-		}
+	keep := func(p string) bool { return isDialectFile(p) && !isFixtureDir(p) }
+	err := policyfiles.Walk(fsys, keep, func(p string, src []byte) error {
 		found, err := dialect.Documents(p, src)
 		if err != nil && mentionsPolicyAPI(src) {
 			*problems = append(*problems, yamlProblem(p, err))

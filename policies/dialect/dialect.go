@@ -15,7 +15,9 @@ package dialect
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 
@@ -190,4 +192,37 @@ type Verdict struct {
 // request has no verdict.
 type Explainer interface {
 	Verdicts(ctx context.Context, req *Request) []Verdict
+}
+
+// JSONValue turns what yaml.v3 decodes into what encoding/json marshals:
+// maps with non-string keys become maps of their keys' text. It changes v
+// in place.
+func JSONValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = JSONValue(e)
+		}
+		return x
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[fmt.Sprint(k)] = JSONValue(e)
+		}
+		return m
+	case []any:
+		for i, e := range x {
+			x[i] = JSONValue(e)
+		}
+	}
+	return v
+}
+
+// JSON is the document as JSON, for a strict decode into its Go type.
+func (d Document) JSON() ([]byte, error) {
+	var v any
+	if err := d.Node.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(JSONValue(v))
 }

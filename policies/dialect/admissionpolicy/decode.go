@@ -28,11 +28,7 @@ func decode(doc dialect.Document, out any) []*problem.Problem {
 	if len(problems) > 0 {
 		return problems
 	}
-	var v any
-	if err := doc.Node.Decode(&v); err != nil {
-		return []*problem.Problem{{File: doc.File, Line: doc.Line, Message: err.Error()}}
-	}
-	raw, err := json.Marshal(jsonable(v))
+	raw, err := doc.JSON()
 	if err != nil {
 		return []*problem.Problem{{File: doc.File, Line: doc.Line, Message: err.Error()}}
 	}
@@ -51,29 +47,6 @@ func decode(doc dialect.Document, out any) []*problem.Problem {
 		problems = append(problems, &problem.Problem{File: doc.File, Line: doc.Line, Message: strings.TrimPrefix(e.Error(), "json: ")})
 	}
 	return problems
-}
-
-// jsonable turns what yaml.v3 decodes into what encoding/json marshals:
-// maps with non-string keys become maps of their keys' text.
-func jsonable(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = jsonable(e)
-		}
-		return x
-	case map[any]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[fmt.Sprint(k)] = jsonable(e)
-		}
-		return m
-	case []any:
-		for i, e := range x {
-			x[i] = jsonable(e)
-		}
-	}
-	return v
 }
 
 var typeError = regexp.MustCompile(`^cannot unmarshal (.+) into Go struct field [^.]*\.(\S+) of type (.+)$`)

@@ -39,7 +39,7 @@ func newParamStore(kind *admissionregistrationv1.ParamKind, docs []dialect.Docum
 		if err := d.Node.Decode(&v); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", d.File, d.Line, err)
 		}
-		u := &unstructured.Unstructured{Object: jsonable(v).(map[string]any)}
+		u := &unstructured.Unstructured{Object: dialect.JSONValue(v).(map[string]any)}
 		u.Object = normalise(u.Object).(map[string]any)
 		if u.GetNamespace() != "" {
 			s.namespaced = true
