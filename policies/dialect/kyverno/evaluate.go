@@ -288,11 +288,19 @@ type level struct {
 // rule that the old object already failed is skipped (pre-existing
 // violations are allowed unless the rule says allowExistingViolations:
 // false).
-func (r *rule) judge(doc docSource, req *dialect.Request) result {
+func (r *rule) judge(doc docSource, req *dialect.Request) (res result) {
+	// Kyverno's matcher and JMESPath are not ours: if one panics on some
+	// input, the rule could not be judged (an error, which denies under
+	// failurePolicy Fail) and the request goes on.
+	defer func() {
+		if p := recover(); p != nil {
+			res = result{statusError, fmt.Sprintf("validation error: rule %s execution error: %v", r.spec.Name, p)}
+		}
+	}()
 	v := r.spec.Validate
 	top := level{context: r.spec.Context, preconditions: r.spec.Preconditions, deny: v.Deny, pattern: v.Pattern, anyPattern: v.AnyPattern, foreach: v.Foreach}
 	deleting := req.Operation == "DELETE"
-	res := r.validate(doc, top, 0, req.Object, deleting)
+	res = r.validate(doc, top, 0, req.Object, deleting)
 	// In the background the object's state is judged, not a change to it.
 	if res.status != statusFail || r.audit || req.Background || req.Operation != "UPDATE" || req.OldObject == nil || !r.existingViolationsAllowed {
 		return res
