@@ -104,6 +104,12 @@ func (e *Engine) countWindow(ctx context.Context, p *Plan, v *verdict, facts *Fa
 		return c, Decision{}, false
 	}
 	w := p.Window
+	// A caller that went away reads no answer: the change it asked for is
+	// not judged further and takes no slot (nor asks the store anything,
+	// which would answer a canceled call as a store failure).
+	if err := CallerGone(ctx); err != nil {
+		return c, callerGoneDecision(p, err), true
+	}
 	_, span := tracing.Child(ctx, "window")
 	var before window.State
 	if p.Facts.DryRun || readOnly {

@@ -94,6 +94,9 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          newThrottledErrorLog(s.Logger, serverLogBurst, serverLogInterval),
+		// The connection rides in each request's context, so a review whose
+		// caller reset it is not judged (callerGone).
+		ConnContext: withConn,
 	}
 	admission.ConnState = func(c net.Conn, state http.ConnState) {
 		switch state {
