@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 )
@@ -35,7 +34,7 @@ func callerGone(ctx context.Context) error {
 func socketOf(c net.Conn) net.Conn {
 	for c != nil {
 		switch v := c.(type) {
-		case *tls.Conn:
+		case interface{ NetConn() net.Conn }: // TLS, answering or not
 			c = v.NetConn()
 		case *pooledConn:
 			c = v.Conn

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +114,15 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 	probe := &http.Server{Handler: probes, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
 
 	errs := make(chan error, 2)
-	go func() { errs <- serveErr("admission", admission.ServeTLS(admissionLn, "", "")) }()
+	// TLS is served here rather than by ServeTLS so each connection can
+	// be wrapped: net/http's plain-text refusals of requests it cannot
+	// read leave as AdmissionReviews (unreadable.go).
+	tlsConfig := s.TLSConfig.Clone()
+	if !slices.Contains(tlsConfig.NextProtos, "http/1.1") {
+		tlsConfig.NextProtos = append(tlsConfig.NextProtos, "http/1.1")
+	}
+	answering := &answeringListener{Listener: tls.NewListener(admissionLn, tlsConfig), errorLog: admission.ErrorLog}
+	go func() { errs <- serveErr("admission", admission.Serve(answering)) }()
 	go func() { errs <- serveErr("probe", probe.Serve(probeLn)) }()
 	s.Logger.Info("serving admission webhooks",
 		"address", admissionLn.Addr().String(), "paths", []string{pathValidate, pathMutate},

@@ -1,10 +1,12 @@
 package hostile
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +36,10 @@ func (s *server) sendAndReset(path string, body []byte) error {
 		return err
 	}
 	defer s.proc.Signal(syscall.SIGCONT)
+	if err := waitStopped(s.proc.PID()); err != nil {
+		raw.Close()
+		return err
+	}
 	if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: qn\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body); err != nil {
 		raw.Close()
 		return err
@@ -112,4 +118,35 @@ func tlsClient(raw net.Conn, s *server) *tls.Conn {
 	cfg := s.tlsConfig()
 	cfg.ServerName = "localhost"
 	return tls.Client(raw, cfg)
+}
+
+// waitStopped waits until every thread of pid is stopped: a signal is
+// delivered after kill returns, and a thread running on another core
+// could otherwise still read what is sent next.
+func waitStopped(pid int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		stopped := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue // a thread that just ended
+			}
+			// The state follows the command name in parentheses.
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("qn-webhook (pid %d) did not stop within 10s of SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
