@@ -14,7 +14,9 @@ const RegoSuffix = ".rego"
 
 // IsPolicyFile says whether Load reads the file at rel (slash-separated,
 // relative to the policy directory): roles.yaml and the data files at the
-// top, Rego modules and pattern policies at any depth. Only these are
+// top, Rego modules, pattern policies and other YAML (which may hold
+// policies of other dialects) at any depth, but YAML under a fixtures
+// directory (qnctl's cases: objects, never policies). Only these are
 // hashed to notice a change and to name a revision, so a checkout that
 // also holds a repository's documentation, fixtures or build output (100,000
 // such files cost an 11 s start and most of a core idle when every file was
@@ -26,7 +28,10 @@ func IsPolicyFile(rel string) bool {
 	if !strings.Contains(rel, "/") && (base == RolesFile || slices.Contains(DataFiles, base)) {
 		return true
 	}
-	return strings.HasSuffix(base, RegoSuffix) || strings.HasSuffix(base, pattern.FileSuffix)
+	if strings.HasSuffix(base, RegoSuffix) || strings.HasSuffix(base, pattern.FileSuffix) {
+		return true
+	}
+	return isDialectFile(rel) && !isFixtureDir(rel)
 }
 
 // Fingerprint is the content hash of the policy files in dir

@@ -52,6 +52,9 @@ func TestEveryFileLoadReadsIsAPolicyFile(t *testing.T) {
 		"roles.yaml.orig":            "a backup",
 		"fixtures/review.rego.json":  "{}",
 		"fixtures/pattern.yaml.orig": "x",
+		"fixtures/node.yaml":         "apiVersion: qn.dev/v1alpha1\nkind: QuantumNode\n",
+		"lib/configmap.yml":          "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+		"other.yaml":                 "just: yaml\n",
 	} {
 		m[name] = &fstest.MapFile{Data: []byte(content)}
 	}

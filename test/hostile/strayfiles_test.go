@@ -29,8 +29,12 @@ func TestFilesThatAreNotPoliciesCostNeitherStartNorIdle(t *testing.T) {
 	copyBundle(t, dir)
 	made := time.Now()
 	page := strings.Repeat("notes that are not a policy\n", 40)
+	if err := os.Mkdir(filepath.Join(dir, "fixtures"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for i := range strayFiles {
-		// Names a load never reads, some next to names it does.
+		// Names a load never reads, some next to names it does: YAML
+		// under fixtures/ is qnctl's cases, never policies.
 		name := fmt.Sprintf("doc-%06d.md", i)
 		switch i % 4 {
 		case 1:
@@ -38,7 +42,7 @@ func TestFilesThatAreNotPoliciesCostNeitherStartNorIdle(t *testing.T) {
 		case 2:
 			name = fmt.Sprintf("data-%06d.json", i)
 		case 3:
-			name = fmt.Sprintf("build-%06d.yaml", i)
+			name = fmt.Sprintf("fixtures/node-%06d.yaml", i)
 		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(page), 0o644); err != nil {
 			t.Fatal(err)
