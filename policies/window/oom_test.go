@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quantumnode/qn-admission/test/redistest"
 )
@@ -62,4 +63,62 @@ func TestARedisOutOfMemoryRecordsNothing(t *testing.T) {
 		t.Fatalf("qn_window_store_errors_total{reason=oom} = %v, want 1 (the second call found the store down)", got)
 	}
 	t.Logf("refused: %v", open.StoreErr)
+}
+
+// replyError is an error reply of the server (redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// redis6 makes a Redis 7 answer as Redis 6 does to a script with a
+// shebang: a compile error on its first line.
+type redis6 struct{}
+
+func (redis6) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (redis6) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && (s == takeScript.Hash() || strings.HasPrefix(s, "#!")) {
+				err := replyError("ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (redis6) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestARedisBefore7TakesInTheOldForm: a server that refuses take.lua's
+// shebang (Redis before 7) gets the script in Redis 6's form, at Load and
+// at a Take without Load, and the takes count as before.
+func TestARedisBefore7TakesInTheOldForm(t *testing.T) {
+	for name, load := range map[string]bool{"after Load": true, "without Load": false} {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := srv.Client()
+			c.AddHook(redis6{})
+			rs := NewRedisStore(c, RedisOptions{})
+			if load {
+				if err := rs.Load(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			limit := Limit{Count: 2, Period: time.Minute}
+			for i, want := range []bool{true, true, false} {
+				tk, err := rs.Take(context.Background(), "r/user/alice", limit, fmt.Sprintf("u%d", i))
+				if err != nil || tk.Admitted != want {
+					t.Fatalf("take %d: admitted %v, %v; want %v", i, tk.Admitted, err, want)
+				}
+			}
+			if rs.take.Load() != legacyTakeScript {
+				t.Fatal("the store still runs the shebang form")
+			}
+		})
+	}
 }
