@@ -124,6 +124,11 @@ func (e *Engine) validateTakeFirst(ctx context.Context, p *Plan, in *Input, v *v
 	res, err := e.evaluate(ctx, p, in, facts)
 	if err != nil {
 		e.giveBack(ctx, p, v, slot)
+		if gone := CallerGone(ctx); gone != nil {
+			// The evaluation was canceled because the caller left, not
+			// because the policies failed: its slot is given back.
+			return callerGoneDecision(p, gone)
+		}
 		return v.failed(err)
 	}
 	return e.judge(ctx, p, v, slot, res)
