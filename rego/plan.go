@@ -78,7 +78,7 @@ func (c *Compiled) planProgram(query string) (*planeval.Program, error) {
 // evalPlanned evaluates the planned program; its one result is an object
 // with a member per output variable.
 func (q *Query) evalPlanned(ctx context.Context, program *planeval.Program, input ast.Value, bounds planeval.Bounds) (map[string]any, error) {
-	results, _, err := program.EvalBounded(ctx, input, bounds)
+	results, _, err := program.EvalBoundedData(ctx, input, q.planData(ctx), bounds)
 	if err != nil {
 		return nil, err
 	}

@@ -191,6 +191,18 @@ func (p *Program) ContextBuiltins() []string { return p.contextBuiltins }
 
 // EvalBounded is EvalSteps within b, on top of ctx's own end.
 func (p *Program) EvalBounded(ctx context.Context, input ast.Value, b Bounds) ([]*ast.Term, int, error) {
+	return p.EvalBoundedData(ctx, input, nil, b)
+}
+
+// EvalBoundedData is EvalBounded with data as the base data document of
+// this evaluation instead of the program's (nil: the program's). It lets
+// a caller give a document that changes between evaluations (the cluster
+// inventory) without preparing the plan again; data must hold what the
+// program's holds.
+func (p *Program) EvalBoundedData(ctx context.Context, input ast.Value, data *ast.Term, b Bounds) ([]*ast.Term, int, error) {
+	if data == nil {
+		data = p.data
+	}
 	s := p.pool.Get().(*state)
 	defer s.release()
 	s.steps = 0
@@ -205,7 +217,7 @@ func (p *Program) EvalBounded(ctx context.Context, input ast.Value, b Bounds) ([
 	if input != nil { // nil: no input document (input is undefined)
 		locals[0] = ast.NewTerm(input)
 	}
-	locals[1] = p.data
+	locals[1] = data
 	for _, b := range p.plan {
 		if _, _, err := b.run(s, locals); err != nil {
 			if s.stoppedByBounds {
