@@ -11,9 +11,11 @@ import data.qn.quantumnode
 
 node := object.get(input.request, ["object", "spec", "nodeName"], "")
 
-self_namespace := object.get(input.request, ["object", "metadata", "namespace"], input.request.namespace)
+# The request's own name: on CREATE with generateName it is empty, and no
+# stored QuantumNode is this one.
+self_namespace := object.get(input.request, "namespace", "")
 
-self_name := object.get(input.request, ["object", "metadata", "name"], "")
+self_name := object.get(input.request, "name", "")
 
 # claimants are the other stored QuantumNodes naming the same Node, as
 # namespace/name.

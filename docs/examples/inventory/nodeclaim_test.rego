@@ -6,6 +6,7 @@ review(op, ns, name, node) := {"request": {
 	"kind": {"group": "qn.dev", "version": "v1alpha1", "kind": "QuantumNode"},
 	"operation": op,
 	"namespace": ns,
+	"name": name,
 	"object": {
 		"apiVersion": "qn.dev/v1alpha1", "kind": "QuantumNode",
 		"metadata": {"name": name, "namespace": ns},
