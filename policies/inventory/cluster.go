@@ -68,6 +68,9 @@ type Cluster struct {
 	ctx     context.Context // set by Run; informers stop with it
 	watches map[schema.GroupVersionKind]*kindWatch
 	pending bool // Ensure was called before Run
+	// missing says which declared kinds the API server does not serve:
+	// policies may not read an inventory that lacks one.
+	missing string
 }
 
 // kindWatch is the informer of one kind.
@@ -160,8 +163,9 @@ func (c *Cluster) Ensure(kinds []policies.InventoryKind, reads rego.InventoryRea
 			delete(c.watches, gvk)
 		}
 	}
+	c.missing = strings.Join(problems, "; ")
 	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
+		return errors.New(c.missing)
 	}
 	return nil
 }
@@ -290,6 +294,12 @@ func (c *Cluster) start(w *kindWatch) {
 func (c *Cluster) Document() (ast.Object, error) {
 	if err := c.Ready(); err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	missing := c.missing
+	c.mu.Unlock()
+	if missing != "" {
+		return nil, errors.New(missing)
 	}
 	if lag, why := c.lag(time.Now()); lag > c.opts.MaxLag {
 		return nil, fmt.Errorf("the inventory is %s behind the API server (more than %s): %s", lag.Round(time.Second), c.opts.MaxLag, why)

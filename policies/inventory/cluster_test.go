@@ -117,7 +117,13 @@ func TestTheInventoryFollowsTheAPIServer(t *testing.T) {
 		t.Errorf("a kind the API server does not serve: %v, want it named at its line", err)
 	}
 	if inv.Ready() != nil {
-		t.Errorf("the kinds that exist must go on being served: %v", inv.Ready())
+		t.Errorf("the kinds that exist must go on being watched: %v", inv.Ready())
+	}
+	if _, err := inv.Document(); err == nil || !strings.Contains(err.Error(), "roles.yaml:9") {
+		t.Errorf("policies read an inventory that lacks a declared kind: %v, want the error naming it", err)
+	}
+	if err := inv.Ensure(kinds, exampleReads(t)); err != nil {
+		t.Fatal(err)
 	}
 
 	// The API server goes away: past MaxLag policies may not read the
