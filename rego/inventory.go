@@ -156,6 +156,19 @@ func (c *Compiled) reachesInventory(roots []ast.Ref) bool {
 	return slices.ContainsFunc(roots, visit)
 }
 
+// PackageReadsInventory reports whether the deny, warn or patch rules of
+// package pkg may read data.inventory (themselves or through the rules
+// and functions they may evaluate).
+func (c *Compiled) PackageReadsInventory(pkg string) bool {
+	var roots []ast.Ref
+	for _, rule := range AllRules {
+		if c.definesRule(pkg, rule) {
+			roots = append(roots, ast.MustParseRef("data."+pkg+"."+rule))
+		}
+	}
+	return c.reachesInventory(roots)
+}
+
 // meetsInventory reports whether ref may name data.inventory or something
 // in it: its ground prefix is on data.inventory's way or below it.
 func meetsInventory(ref ast.Ref) bool {
