@@ -169,6 +169,77 @@ func (c *Compiled) PackageReadsInventory(pkg string) bool {
 	return c.reachesInventory(roots)
 }
 
+// sharedRule says whether the planned function name ("g0.data.p.r") is a
+// rule whose value depends on the inventory and nothing of the request:
+// every definition reads data.inventory, no input and calls no
+// non-deterministic built-in, itself or through what it evaluates. Its
+// value is then kept across evaluations with the same inventory
+// (planeval.Program.ShareAcrossEvaluations): an index of the inventory
+// costs once per published document, not per request.
+func (c *Compiled) sharedRule(name string) bool {
+	path, ok := strings.CutPrefix(name, "g0.data.")
+	if !ok {
+		return false
+	}
+	ref, err := ast.ParseRef("data." + path)
+	if err != nil {
+		return false
+	}
+	var defs []*ast.Rule
+	for _, at := range c.ruleIndex() {
+		if at.path.Equal(ref) {
+			defs = append(defs, at.rule)
+		}
+	}
+	if len(defs) == 0 || !c.reachesInventory([]ast.Ref{ref}) {
+		return false
+	}
+	t := &transitiveReads{rules: c.ruleIndex(), memo: map[*ast.Rule][][]string{}, active: map[*ast.Rule]bool{}}
+	for _, r := range defs {
+		if len(t.of(r)) > 0 || c.nondeterministic(r, map[*ast.Rule]bool{}) {
+			return false
+		}
+	}
+	return true
+}
+
+// nondeterministic reports whether rule, or a rule it may evaluate, calls
+// a built-in whose answer may change between calls (time.now_ns,
+// rand.intn, ...), or reads input as a whole.
+func (c *Compiled) nondeterministic(rule *ast.Rule, seen map[*ast.Rule]bool) bool {
+	if seen[rule] {
+		return false
+	}
+	seen[rule] = true
+	found := false
+	ast.WalkRefs(rule, func(r ast.Ref) bool {
+		if b, ok := ast.BuiltinMap[r.String()]; ok && b.Nondeterministic {
+			found = true
+		}
+		return found
+	})
+	ast.WalkExprs(rule, func(e *ast.Expr) bool {
+		if e.IsCall() {
+			if b, ok := ast.BuiltinMap[e.Operator().String()]; ok && b.Nondeterministic {
+				found = true
+			}
+		}
+		return found
+	})
+	if found {
+		return true
+	}
+	for _, ref := range readsOfRule(rule).data {
+		prefix := ref.GroundPrefix()
+		for _, at := range c.ruleIndex() {
+			if (at.path.HasPrefix(prefix) || prefix.HasPrefix(at.path)) && at.rule != rule && c.nondeterministic(at.rule, seen) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // meetsInventory reports whether ref may name data.inventory or something
 // in it: its ground prefix is on data.inventory's way or below it.
 func meetsInventory(ref ast.Ref) bool {

@@ -181,3 +181,47 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+func TestAnIndexOfTheInventoryIsKeptAcrossEvaluations(t *testing.T) {
+	c := compileExample(t)
+	cases := map[string]bool{
+		"g0.data.qn.nodeclaim.claims":        true,  // reads the inventory alone
+		"g0.data.qn.nodeclaim.claimants":     false, // reads the request
+		"g0.data.qn.nodeclaim.node":          false,
+		"g0.data.qn.quantumnode.judged":      false, // does not read the inventory
+		"g0.data.qn.nodeclaim.no_such":       false,
+		"not a planned function name at all": false,
+	}
+	for name, want := range cases {
+		if got := c.sharedRule(name); got != want {
+			t.Errorf("sharedRule(%s) = %v, want %v", name, got, want)
+		}
+	}
+	timed, err := Compile([]Module{{Path: "t.rego", Source: "package t\nstamped[k] := time.now_ns() if { some k; data.inventory.cluster.v1.Node[k] }\n"}}, nil, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timed.sharedRule("g0.data.t.stamped") {
+		t.Error("a rule calling time.now_ns must be evaluated afresh each time")
+	}
+
+	// The kept value follows the inventory: a new document is a new index.
+	q, err := c.Prepare(context.Background(), []string{"qn.quantumnode", "qn.nodeclaim"}, ValidationRules, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := claimInput(t, "worker-2")
+	for i, doc := range []string{
+		`{"cluster": {}, "namespace": {}}`,
+		`{"cluster": {}, "namespace": {"edge": {"qn.dev/v1alpha1": {"QuantumNode": {"edge-2": {"spec": {"nodeName": "worker-2"}}}}}}}`,
+		`{"cluster": {}, "namespace": {}}`,
+	} {
+		res, err := q.Eval(WithInventory(context.Background(), ast.MustParseTerm(doc).Value.(ast.Object)), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if denied := len(res.Deny) > 0; denied != (i == 1) {
+			t.Errorf("inventory %d: deny %q", i, res.Deny)
+		}
+	}
+}

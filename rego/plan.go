@@ -72,7 +72,12 @@ func (c *Compiled) planProgram(query string) (*planeval.Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
-	return planeval.NewWithCapabilities(policy, planQueryName, c.data, c.compiler.Capabilities())
+	prog, err := planeval.NewWithCapabilities(policy, planQueryName, c.data, c.compiler.Capabilities())
+	if err != nil {
+		return nil, err
+	}
+	prog.ShareAcrossEvaluations(c.sharedRule)
+	return prog, nil
 }
 
 // evalPlanned evaluates the planned program; its one result is an object

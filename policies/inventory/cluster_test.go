@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/inventory"
@@ -39,7 +40,18 @@ func exampleReads(t testing.TB) rego.InventoryReads {
 	return c.InventoryReads()
 }
 
-func create(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionResource, ns string, obj map[string]any) {
+func newDynamic(t testing.TB, cfg *rest.Config) dynamic.Interface {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 2000, 2000
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
+}
+
+func create(t testing.TB, dyn dynamic.Interface, gvr schema.GroupVersionResource, ns string, obj map[string]any) {
 	t.Helper()
 	if _, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,9 @@ type Program struct {
 	// context (EvalBounded's callers keep a context deadline for those).
 	contextBuiltins []string
 	capabilities    *ast.Capabilities
+	// shared holds, for the data document last seen, the values of the
+	// functions ShareAcrossEvaluations marked (shared.go).
+	shared atomic.Pointer[sharedValues]
 }
 
 // builtinsThatWaitOnTheContext may do I/O bounded by the built-in
@@ -119,6 +122,7 @@ func NewWithCapabilities(policy *ir.Policy, name string, data ast.Value, caps *a
 		for _, f := range policy.Funcs.Funcs {
 			fn := p.funcs[c.funcIndex[f.Name]]
 			c.startFunction(int(f.Return))
+			c.ret = int(f.Return)
 			for _, l := range f.Params {
 				c.use(l)
 				fn.params = append(fn.params, int(l))
@@ -127,7 +131,7 @@ func NewWithCapabilities(policy *ir.Policy, name string, data ast.Value, caps *a
 			if err != nil {
 				return nil, fmt.Errorf("function %s: %w", f.Name, err)
 			}
-			fn.blocks, fn.ret, fn.nlocals = blocks, int(f.Return), c.maxLocal+1
+			fn.blocks, fn.ret, fn.nlocals, fn.rehash = blocks, int(f.Return), c.maxLocal+1, c.setsInPlace
 		}
 	}
 	for _, pl := range policy.Plans.Plans {
@@ -240,6 +244,12 @@ type function struct {
 	nlocals  int
 	blocks   []block
 	memo     int // slot of its memoized value, -1 when not memoized
+	// shared says its value depends on the data document alone: it is
+	// kept across evaluations with the same data (shared.go).
+	shared bool
+	// rehash says its value (an object of sets grown in place) is built
+	// again on return, with its hash (stmt_collections.go).
+	rehash bool
 	builtin  topdown.BuiltinFunc
 	relation bool
 }
@@ -432,7 +442,13 @@ func (s *state) call(fn *function, args []*ast.Term, loc *ast.Location) (*ast.Te
 		return s.callBuiltin(fn, args, loc)
 	}
 	if fn.memo >= 0 {
-		if v := s.memo[fn.memo]; v != nil {
+		v := s.memo[fn.memo]
+		if v == nil && fn.shared {
+			if v = s.prog.sharedValue(fn.memo, args[1]); v != nil {
+				s.memo[fn.memo] = v
+			}
+		}
+		if v != nil {
 			if v == undefinedMemo {
 				return nil, nil
 			}
@@ -450,11 +466,17 @@ func (s *state) call(fn *function, args []*ast.Term, loc *ast.Location) (*ast.Te
 		}
 	}
 	v := locals[fn.ret]
+	if fn.rehash && v != nil {
+		v = rehashed(v)
+	}
 	if fn.memo >= 0 {
 		if v == nil {
 			s.memo[fn.memo] = undefinedMemo
 		} else {
 			s.memo[fn.memo] = v
+		}
+		if fn.shared {
+			s.prog.keepShared(fn.memo, args[1], s.memo[fn.memo])
 		}
 	}
 	return v, nil
@@ -536,6 +558,11 @@ type compiler struct {
 	// a document reached from data by dots alone (data.a.b): a number key
 	// read there is a base document path, as topdown reads the store.
 	dataRefs map[int]bool
+	// ret is the return local of the function being compiled (-1 in a
+	// plan), and setsInPlace says an ObjectInsertStmt into it may leave
+	// its hash to be rebuilt on return (stmt_collections.go).
+	ret         int
+	setsInPlace bool
 }
 
 // dataLocal is where the planner passes data to every plan and function
@@ -546,6 +573,7 @@ const dataLocal = 1
 func (c *compiler) startFunction(maxLocal int) {
 	c.maxLocal = maxLocal
 	c.dataRefs = map[int]bool{dataLocal: true}
+	c.ret, c.setsInPlace = -1, false
 }
 
 func (c *compiler) use(l ir.Local) int {

@@ -17,18 +17,21 @@ self_namespace := object.get(input.request, "namespace", "")
 
 self_name := object.get(input.request, "name", "")
 
-# claimants are the other stored QuantumNodes naming the same Node, as
-# namespace/name.
-claimants contains sprintf("%s/%s", [ns, name]) if {
-	node != ""
+# claims maps each Node that stored QuantumNodes claim to them, as
+# namespace/name. It reads the inventory and nothing of the request, so
+# qn-webhook computes it once per published inventory, not per request
+# (docs/policies.md, "Policies that see the cluster"): write such an index
+# instead of scanning the inventory in a rule that reads input.
+claims[claimed] contains sprintf("%s/%s", [ns, name]) if {
 	some ns, name
-	data.inventory.namespace[ns]["qn.dev/v1alpha1"].QuantumNode[name].spec.nodeName == node
-	not is_self(ns, name)
+	claimed := data.inventory.namespace[ns]["qn.dev/v1alpha1"].QuantumNode[name].spec.nodeName
 }
 
-is_self(ns, name) if {
-	ns == self_namespace
-	name == self_name
+# claimants are the other stored QuantumNodes naming the same Node.
+claimants contains other if {
+	node != ""
+	some other in claims[node]
+	other != sprintf("%s/%s", [self_namespace, self_name])
 }
 
 deny contains msg if {
