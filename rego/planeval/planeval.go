@@ -238,18 +238,18 @@ func (p *Program) EvalBoundedData(ctx context.Context, input ast.Value, data *as
 
 // A function is a planned rule or function, or a built-in.
 type function struct {
-	name     string
-	params   []int
-	ret      int
-	nlocals  int
-	blocks   []block
-	memo     int // slot of its memoized value, -1 when not memoized
+	name    string
+	params  []int
+	ret     int
+	nlocals int
+	blocks  []block
+	memo    int // slot of its memoized value, -1 when not memoized
 	// shared says its value depends on the data document alone: it is
 	// kept across evaluations with the same data (shared.go).
 	shared bool
 	// rehash says its value (an object of sets grown in place) is built
 	// again on return, with its hash (stmt_collections.go).
-	rehash bool
+	rehash   bool
 	builtin  topdown.BuiltinFunc
 	relation bool
 }
