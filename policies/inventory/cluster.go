@@ -121,12 +121,16 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 // Ensure watches the kinds a policy set declares, keeping of each object
 // the fields its policies read; a kind already watched with the same
 // fields goes on, one whose fields changed is listed again, one no longer
-// declared stops. The error names every kind the API server does not
-// serve, at its line in roles.yaml; the others are watched.
+// declared stops. The error names every kind that could not be watched,
+// at its line in roles.yaml; the others are watched. It is an
+// *UnservedError when the API server answered that it does not serve one
+// of them; otherwise (discovery did not answer) calling Ensure again
+// later may succeed, and until it does Ready and Document fail.
 func (c *Cluster) Ensure(kinds []policies.InventoryKind, reads rego.InventoryReads) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var problems []string
+	unserved := false
 	want := map[schema.GroupVersionKind]bool{}
 	for _, k := range kinds {
 		gv, err := schema.ParseGroupVersion(k.APIVersion)
@@ -138,7 +142,12 @@ func (c *Cluster) Ensure(kinds []policies.InventoryKind, reads rego.InventoryRea
 		mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
 			c.mapper.Reset() // a CRD installed since: ask discovery again next time
-			problems = append(problems, fmt.Sprintf("%s:%d: inventory kind %s: the API server does not serve it (%v); install its CRD or fix apiVersion and kind", policies.RolesFile, k.Line, k, err))
+			if meta.IsNoMatchError(err) {
+				unserved = true
+				problems = append(problems, fmt.Sprintf("%s:%d: inventory kind %s: the API server does not serve it (%v); install its CRD or fix apiVersion and kind", policies.RolesFile, k.Line, k, err))
+			} else {
+				problems = append(problems, fmt.Sprintf("%s:%d: inventory kind %s: the API server's discovery did not answer: %v", policies.RolesFile, k.Line, k, err))
+			}
 			continue
 		}
 		want[gvk] = true
@@ -164,10 +173,26 @@ func (c *Cluster) Ensure(kinds []policies.InventoryKind, reads rego.InventoryRea
 		}
 	}
 	c.missing = strings.Join(problems, "; ")
-	if len(problems) > 0 {
+	switch {
+	case unserved:
+		return &UnservedError{msg: c.missing}
+	case len(problems) > 0:
 		return errors.New(c.missing)
 	}
 	return nil
+}
+
+// UnservedError says the API server does not serve a declared kind.
+type UnservedError struct{ msg string }
+
+func (e *UnservedError) Error() string { return e.msg }
+
+// Missing reports whether a declared kind could not be watched at the
+// last Ensure (call it again).
+func (c *Cluster) Missing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.missing != ""
 }
 
 // Run starts the watches Ensure asked for and publishes their changes
@@ -295,12 +320,6 @@ func (c *Cluster) Document() (ast.Object, error) {
 	if err := c.Ready(); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	missing := c.missing
-	c.mu.Unlock()
-	if missing != "" {
-		return nil, errors.New(missing)
-	}
 	if lag, why := c.lag(time.Now()); lag > c.opts.MaxLag {
 		return nil, fmt.Errorf("the inventory is %s behind the API server (more than %s): %s", lag.Round(time.Second), c.opts.MaxLag, why)
 	}
@@ -320,6 +339,9 @@ func (c *Cluster) Ready() error {
 	if len(waiting) > 0 {
 		sort.Strings(waiting)
 		return fmt.Errorf("the inventory has not synced %s yet", strings.Join(waiting, ", "))
+	}
+	if c.missing != "" {
+		return errors.New(c.missing)
 	}
 	return nil
 }
@@ -349,9 +371,13 @@ func (c *Cluster) lag(now time.Time) (time.Duration, string) {
 	return lag, why
 }
 
-// Strict fails when the inventory is behind past MaxLag (the strict
-// health check).
+// Strict fails when the inventory cannot be read by policies: not
+// synced, a declared kind not watched, or behind past MaxLag (the strict
+// health check, which pages where readiness must not lock writes out).
 func (c *Cluster) Strict(context.Context) error {
+	if err := c.Ready(); err != nil {
+		return err
+	}
 	if lag, why := c.lag(time.Now()); lag > c.opts.MaxLag {
 		return fmt.Errorf("inventory %s behind (more than %s): %s", lag.Round(time.Second), c.opts.MaxLag, why)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
@@ -74,6 +76,9 @@ func (p *Program) connectInventory(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--inventory: no API server to watch (set --kubeconfig outside a Pod): %w", err)
 	}
+	// client-go's own logs (discovery, reflectors) go to the program's
+	// logger, in its format.
+	klog.SetSlogLogger(p.Logger.With("part", "client-go"))
 	p.Inventory, err = inventory.NewCluster(inventory.ClusterOptions{Config: cfg, MaxLag: o.MaxLag, Logger: p.Logger.With("part", "inventory")})
 	return err
 }
@@ -100,7 +105,13 @@ func (p *Program) buildInventory(context.Context) error {
 	}
 	set := p.Engine.Current()
 	if err := inv.Ensure(set.InventoryKinds(), set.Compiled.InventoryReads()); err != nil {
-		return fmt.Errorf("--inventory: %w", err)
+		var unserved *inventory.UnservedError
+		if errors.As(err, &unserved) {
+			return fmt.Errorf("--inventory: %w", err)
+		}
+		// Discovery did not answer: not a mistake in roles.yaml. The
+		// webhook starts, and the kinds are asked for again each second.
+		p.Logger.Warn("the inventory cannot resolve its kinds yet; retrying", "error", err.Error())
 	}
 	p.Registry.MustRegister(inv.Collectors()...)
 	started := time.Now()
@@ -133,9 +144,10 @@ func (p *Program) buildInventory(context.Context) error {
 				return nil
 			case <-t.C:
 			}
-			if current := p.Engine.Current(); current != set && current != nil {
+			if current := p.Engine.Current(); current != nil && (current != set || inv.Missing()) {
+				changed := current != set
 				set = current
-				if err := inv.Ensure(set.InventoryKinds(), set.Compiled.InventoryReads()); err != nil {
+				if err := inv.Ensure(set.InventoryKinds(), set.Compiled.InventoryReads()); err != nil && changed {
 					p.Logger.Error("the inventory cannot watch a kind the policies declare; policies that read it fail (onError) until it can", "revision", set.Revision, "error", err.Error())
 				}
 			}
