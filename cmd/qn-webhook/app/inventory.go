@@ -28,6 +28,10 @@ type InventoryOptions struct {
 	Kubeconfig string
 	// MaxLag is how far behind the API server policies may read it.
 	MaxLag time.Duration
+	// PublishInterval gathers changes into one new document: the delay
+	// of a change before policies see it, against the work of each new
+	// document (an index rule is built again once per document).
+	PublishInterval time.Duration
 	// SyncTimeout is how long /readyz waits for the first sync; after it
 	// the webhook is ready without it, and the roles that read it follow
 	// their onError until it syncs (no lock-out by an inventory that
@@ -37,7 +41,7 @@ type InventoryOptions struct {
 
 // DefaultInventoryOptions are the defaults: off (the chart turns it on).
 func DefaultInventoryOptions() InventoryOptions {
-	return InventoryOptions{MaxLag: inventory.DefaultMaxLag, SyncTimeout: 2 * time.Minute}
+	return InventoryOptions{MaxLag: inventory.DefaultMaxLag, SyncTimeout: 2 * time.Minute, PublishInterval: inventory.DefaultPublishInterval}
 }
 
 // AddFlags binds the options to fs.
@@ -45,6 +49,7 @@ func (o *InventoryOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "inventory", o.Enabled, "Keep an inventory of the kinds roles.yaml declares under inventory (list/watch on them), which policies read as data.inventory. Without it data.inventory is undefined.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "With --inventory, the kubeconfig that reaches the API server (default: the Pod's service account).")
 	fs.DurationVar(&o.MaxLag, "inventory-max-lag", o.MaxLag, "How far behind the API server the inventory may be (a broken watch) before policies that read it fail and their role's onError decides; also the strict health bound.")
+	fs.DurationVar(&o.PublishInterval, "inventory-publish-interval", o.PublishInterval, "How often the inventory's changes are gathered into the document policies read: a change waits up to this long, and each new document costs the rules that index the inventory one evaluation.")
 	fs.DurationVar(&o.SyncTimeout, "inventory-sync-timeout", o.SyncTimeout, "How long /readyz waits for the inventory's first sync; after it the webhook is ready and roles that read the inventory follow onError until it syncs.")
 }
 
@@ -53,6 +58,8 @@ func (o *InventoryOptions) Validate() error {
 	switch {
 	case o.MaxLag <= 0:
 		return fmt.Errorf("--inventory-max-lag must be positive, got %s", o.MaxLag)
+	case o.PublishInterval <= 0 || o.PublishInterval > o.MaxLag:
+		return fmt.Errorf("--inventory-publish-interval must be positive and at most --inventory-max-lag (%s), got %s", o.MaxLag, o.PublishInterval)
 	case o.SyncTimeout < 0:
 		return fmt.Errorf("--inventory-sync-timeout must not be negative, got %s", o.SyncTimeout)
 	}
@@ -79,7 +86,7 @@ func (p *Program) connectInventory(context.Context) error {
 	// client-go's own logs (discovery, reflectors) go to the program's
 	// logger, in its format.
 	klog.SetSlogLogger(p.Logger.With("part", "client-go"))
-	p.Inventory, err = inventory.NewCluster(inventory.ClusterOptions{Config: cfg, MaxLag: o.MaxLag, Logger: p.Logger.With("part", "inventory")})
+	p.Inventory, err = inventory.NewCluster(inventory.ClusterOptions{Config: cfg, MaxLag: o.MaxLag, PublishInterval: o.PublishInterval, Logger: p.Logger.With("part", "inventory")})
 	return err
 }
 
