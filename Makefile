@@ -80,6 +80,12 @@ bench:
 	echo "# after: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BIN)/bench-inprocess.txt
 	$(GO) run ./test/load/cmd/qnload --inprocess $(BIN)/bench-inprocess.txt --doc docs/benchmarks.md
 
+## bench-inventory: the cluster inventory's heap with 10,000 QuantumNodes and 5,000 Nodes synced from a real kube-apiserver, and validate CPU for a role that reads it and one that does not (docs/benchmarks.md, "The cluster inventory")
+.PHONY: bench-inventory
+bench-inventory:
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -run XXX -bench BenchmarkInventoryMemory -benchtime 1x -timeout 20m ./policies/inventory/
+	$(GO) test -run XXX -bench BenchmarkValidate -benchtime 5000x -count 3 ./policies/inventory/
+
 ## bench-scalers: the real qn-controller with 1,000 HorizontalQNScalers polled every 15 s against a real Prometheus and kube-apiserver for 3 minutes: CPU of each process, Prometheus' query rate, the controller's API requests (docs/benchmarks.md, "HorizontalQNScaler")
 .PHONY: bench-scalers
 bench-scalers:

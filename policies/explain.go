@@ -122,7 +122,12 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 			return nil, err
 		}
 		x.Packages = p.Query.Packages()
-		x.Result, x.Trace, x.Err = p.Query.EvalTraced(ctx, value)
+		evalCtx, err := e.withInventory(ctx, p.Query)
+		if err != nil {
+			x.Err = err
+		} else {
+			x.Result, x.Trace, x.Err = p.Query.EvalTraced(evalCtx, value)
+		}
 		x.Firings = rego.Firings(x.Trace)
 	}
 	if x.Err == nil && len(p.Patterns) > 0 {
