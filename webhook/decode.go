@@ -21,7 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/quantumnode/qn-admission/internal/astjson"
 	"github.com/quantumnode/qn-admission/internal/clip"
+	"github.com/quantumnode/qn-admission/policies"
 )
 
 // DefaultMaxRequestElements caps the JSON elements (object members and array
@@ -355,3 +357,17 @@ func joinErrors(errs []error) string {
 }
 
 var errNotObject = errors.New("is not a JSON object")
+
+// objectReadsForBody is what d may read of the objects of the review in
+// body: for its request.kind, found ahead of decoding (the apiserver
+// writes it before the objects), and for any kind when the body names
+// none the decoding would accept.
+func objectReadsForBody(d Decider, body []byte) *policies.ObjectReads {
+	if d == nil {
+		return nil
+	}
+	if k, ok := kindsByBytes.gvk(astjson.Find(body, MaxRequestDepth, "request", "kind")); ok {
+		return d.ObjectReadsForKind(policies.GroupVersionKind{Group: k.Group, Version: k.Version, Kind: k.Kind})
+	}
+	return d.ObjectReads()
+}

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	"github.com/quantumnode/qn-admission/internal/astjson"
 	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/internal/tracing"
@@ -32,52 +31,33 @@ import (
 type Decider interface {
 	Validate(ctx context.Context, in *policies.Input) policies.Decision
 	Mutate(ctx context.Context, in *policies.Input) policies.Decision
-}
-
-// objectReader is a Decider that says what it may read of a request's
-// objects as Rego values; the webhook decodes only that into values.
-type objectReader interface {
+	// ObjectReads is what it may read of any request's objects as Rego
+	// values; the webhook decodes only that into values (nil: the objects
+	// whole).
 	ObjectReads() *policies.ObjectReads
+	// ObjectReadsForKind is ObjectReads for requests of kind k, which may
+	// be less (a Pod's spec, for policies whose rules on spec are
+	// QuantumNode rules).
+	ObjectReadsForKind(k policies.GroupVersionKind) *policies.ObjectReads
+	// Current is the policy set whose role table names the roles of the
+	// metrics' role label; nil for a Decider that judges by none.
+	Current() *policies.Set
 }
 
-// objectReadsOf is what d may read of the objects: everything (nil) when
-// it does not say.
-func objectReadsOf(d Decider) *policies.ObjectReads {
-	if r, ok := d.(objectReader); ok {
-		return r.ObjectReads()
-	}
-	return nil
-}
+// WholeObjects is a Decider's answers for one that reads the objects
+// whole and judges by no policy set: embed it and write Validate and
+// Mutate.
+type WholeObjects struct{}
 
-// kindObjectReader is an objectReader that says what it may read of the
-// objects of one kind of request, which may be less (a Pod's spec, for
-// policies whose rules on spec are QuantumNode rules).
-type kindObjectReader interface {
-	ObjectReadsForKind(policies.GroupVersionKind) *policies.ObjectReads
-}
+// ObjectReads implements Decider: the objects whole.
+func (WholeObjects) ObjectReads() *policies.ObjectReads { return nil }
 
-// objectReadsForKind is what d may read of the objects of a request of
-// kind k.
-func objectReadsForKind(d Decider, k policies.GroupVersionKind) *policies.ObjectReads {
-	if r, ok := d.(kindObjectReader); ok {
-		return r.ObjectReadsForKind(k)
-	}
-	return objectReadsOf(d)
-}
+// ObjectReadsForKind implements Decider: the objects whole.
+func (WholeObjects) ObjectReadsForKind(policies.GroupVersionKind) *policies.ObjectReads { return nil }
 
-// objectReadsForBody is what d may read of the objects of the review in
-// body: for its request.kind, found ahead of decoding (the apiserver
-// writes it before the objects), and for any kind when the body names
-// none the decoding would accept.
-func objectReadsForBody(d Decider, body []byte) *policies.ObjectReads {
-	if d == nil {
-		return nil
-	}
-	if k, ok := kindsByBytes.gvk(astjson.Find(body, MaxRequestDepth, "request", "kind")); ok {
-		return objectReadsForKind(d, policies.GroupVersionKind{Group: k.Group, Version: k.Version, Kind: k.Kind})
-	}
-	return objectReadsOf(d)
-}
+// Current implements Decider: no policy set.
+func (WholeObjects) Current() *policies.Set { return nil }
+
 
 // HandlerOptions configure the admission HTTP handler.
 type HandlerOptions struct {
@@ -313,19 +293,10 @@ func (h *handler) acquire(ctx context.Context) (release func(), err *requestErro
 	}
 }
 
-// knownRoleOf reads the role table of the current policy set of an Engine
-// (or of a Decider that serves one), the default Decider of a ByKind.
+// knownRoleOf reads the role table of d's current policy set.
 func knownRoleOf(d Decider) func(string) bool {
-	if b, ok := d.(ByKind); ok {
-		d = b.Default
-	}
-	// An Engine, or a Decider that serves one (policies.Shadowed).
-	engine, ok := d.(interface{ Current() *policies.Set })
-	if !ok {
-		return func(string) bool { return false }
-	}
 	return func(role string) bool {
-		set := engine.Current()
+		set := d.Current()
 		if set == nil || set.Roles == nil {
 			return false
 		}

@@ -24,6 +24,7 @@ import (
 
 // fakeDecider is a struct of funcs: each test sets only what it needs.
 type fakeDecider struct {
+	WholeObjects
 	validate func(context.Context, *policies.Input) policies.Decision
 	mutate   func(context.Context, *policies.Input) policies.Decision
 }

@@ -30,9 +30,9 @@ func (b ByKind) Mutate(ctx context.Context, in *policies.Input) policies.Decisio
 // ObjectReads is what any of the Deciders may read of the objects: the
 // kind is known only once the review is decoded.
 func (b ByKind) ObjectReads() *policies.ObjectReads {
-	reads := objectReadsOf(b.Default)
+	reads := b.Default.ObjectReads()
 	for _, d := range b.Kinds {
-		reads = policies.UnionObjectReads(reads, objectReadsOf(d))
+		reads = policies.UnionObjectReads(reads, d.ObjectReads())
 	}
 	return reads
 }
@@ -40,8 +40,12 @@ func (b ByKind) ObjectReads() *policies.ObjectReads {
 // ObjectReadsForKind is what the Decider of kind k may read of its
 // objects.
 func (b ByKind) ObjectReadsForKind(k policies.GroupVersionKind) *policies.ObjectReads {
-	return objectReadsForKind(b.pickKind(k), k)
+	return b.pickKind(k).ObjectReadsForKind(k)
 }
+
+// Current is the Default Decider's policy set: its roles label the
+// metrics.
+func (b ByKind) Current() *policies.Set { return b.Default.Current() }
 
 func (b ByKind) pick(in *policies.Input) Decider { return b.pickKind(in.Facts.Kind) }
 

@@ -42,6 +42,14 @@ type Validator struct{}
 // bytes itself.
 func (Validator) ObjectReads() *policies.ObjectReads { return policies.ContextObjectReads }
 
+// ObjectReadsForKind is ObjectReads: no object values, whatever the kind.
+func (Validator) ObjectReadsForKind(policies.GroupVersionKind) *policies.ObjectReads {
+	return policies.ContextObjectReads
+}
+
+// Current is nil: scalers are judged by no policy set.
+func (Validator) Current() *policies.Set { return nil }
+
 // Validate admits a scaler whose new queries parse, and refuses one whose
 // queries do not with 422 and every parse error, each with its field.
 func (Validator) Validate(_ context.Context, in *policies.Input) policies.Decision {

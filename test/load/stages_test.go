@@ -29,7 +29,7 @@ import (
 // admitAll is a decider that admits without judging: what is left of
 // webhook.Answer is context extraction (the object decoded, labels and
 // annotations read) and the review built.
-type admitAll struct{}
+type admitAll struct{ webhook.WholeObjects }
 
 func (admitAll) Validate(context.Context, *policies.Input) policies.Decision { return policies.Allow() }
 func (admitAll) Mutate(context.Context, *policies.Input) policies.Decision   { return policies.Allow() }

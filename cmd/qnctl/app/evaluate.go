@@ -151,6 +151,9 @@ func patched(object, patch []byte) ([]byte, error) {
 // the engine judges first. Explain only peeks at the window, so the
 // explanation is of the very decision the engine then makes.
 type explainingDecider struct {
+	// The webhook decodes the objects whole for qnctl, which explains
+	// from them.
+	webhook.WholeObjects
 	engine  *policies.Engine
 	served  webhook.ByKind
 	explain bool

@@ -26,7 +26,10 @@ import (
 
 // wholeObjects is the engine as a Decider that does not say what it reads
 // of the objects, so the webhook decodes them whole.
-type wholeObjects struct{ engine *policies.Engine }
+type wholeObjects struct {
+	webhook.WholeObjects
+	engine *policies.Engine
+}
 
 func (w wholeObjects) Validate(ctx context.Context, in *policies.Input) policies.Decision {
 	return w.engine.Validate(ctx, in)
@@ -54,7 +57,7 @@ func chartServer(t *testing.T, now time.Time, n int, whole bool) (http.Handler, 
 	engine := policies.NewEngine(set, policies.EngineOptions{Windows: store})
 	var decider webhook.Decider = engine
 	if whole {
-		decider = wholeObjects{engine}
+		decider = wholeObjects{engine: engine}
 	}
 	deciders := webhook.Served(decider)
 	if reads := deciders.ObjectReads(); (reads == nil) != whole {
