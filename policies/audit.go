@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
 
@@ -59,8 +60,9 @@ type AuditResult struct {
 	// object (a namespace exemption); Rules is then empty.
 	Exempt string
 	// Rules holds one result per rule the role evaluates: for each package
-	// of the role, its deny and warn rules (the role table's own finding,
-	// an unknown role, comes as package roles.yaml, rule qn-role).
+	// of the role, its deny and warn rules, then each pattern policy of the
+	// role (its name as Package, rule validate); the role table's own
+	// finding, an unknown role, comes as package roles.yaml, rule qn-role.
 	Rules []RuleResult
 }
 
@@ -184,7 +186,54 @@ func (e *Engine) Audit(ctx context.Context, obj map[string]any) AuditResult {
 			res.Rules = append(res.Rules, rr)
 		}
 	}
+	res.Rules = append(res.Rules, auditPatterns(p.Patterns, obj)...)
+	res.Rules = append(res.Rules, auditDialects(ctx, p.Policies, in)...)
 	return res
+}
+
+// PatternRule is the rule under which the audit reports a pattern policy
+// (whose one rule is Kyverno's validate rule); the policy's name stands in
+// the result's Package.
+const PatternRule = "validate"
+
+// auditPatterns judges a stored object against a role's pattern policies
+// as admission would judge writing it again: under UPDATE with itself as
+// the old object (CREATE for a policy that judges creations only). A
+// policy whose selectors read the requester is skipped, as a Rego rule
+// that reads it is; a DELETE-only policy has nothing to say about an
+// object that stays. Audit-mode policies report warn, as they warn at
+// admission.
+func auditPatterns(pols []*pattern.Policy, obj map[string]any) []RuleResult {
+	var out []RuleResult
+	for _, pol := range pols {
+		rr := RuleResult{Package: pol.Name, Rule: PatternRule}
+		line, reads := pol.RequesterReads()
+		op := pol.StoredOperation()
+		switch {
+		case len(reads) > 0:
+			rr.Skipped = []SkippedRule{{Location: fmt.Sprintf("%s:%d", pol.File, line), Reads: reads}}
+			rr.Verdict, rr.Messages = VerdictSkip, []string{skipMessage(rr.Skipped)}
+		case op == "":
+			rr.Verdict = VerdictSkip
+			rr.Messages = []string{fmt.Sprintf("not judged in the background: %s judges %s only, and a stored object is not being deleted",
+				pol.File, strings.Join(pol.Operations, ", "))}
+		default:
+			req := pattern.Request{Operation: op, Object: obj}
+			if op == "UPDATE" {
+				req.OldObject = obj
+			}
+			switch v := pol.Judge(&req); {
+			case v.Outcome != pattern.Failed:
+				rr.Verdict = VerdictPass
+			case pol.Audit:
+				rr.Verdict, rr.Messages = VerdictWarn, []string{v.Message}
+			default:
+				rr.Verdict, rr.Messages = VerdictFail, []string{v.Message}
+			}
+		}
+		out = append(out, rr)
+	}
+	return out
 }
 
 func skipMessage(skipped []SkippedRule) string {
@@ -292,7 +341,8 @@ func auditPlanOf(ctx context.Context, s *Set) *auditPlan {
 }
 
 // AuditSkips lists, for every package of the set, the deny and warn rule
-// definitions the audit skips because they read the requester: what
+// definitions the audit skips because they read the requester, and every
+// pattern policy whose selectors read it (as name.validate): what
 // qnctl audit and the docs show policy authors.
 func AuditSkips(ctx context.Context, s *Set) map[string][]SkippedRule {
 	out := map[string][]SkippedRule{}
@@ -303,6 +353,14 @@ func AuditSkips(ctx context.Context, s *Set) map[string][]SkippedRule {
 			}
 		}
 	}
+	for _, pols := range s.patterns {
+		for _, pol := range pols {
+			if line, reads := pol.RequesterReads(); len(reads) > 0 {
+				out[pol.Name+"."+PatternRule] = []SkippedRule{{Location: fmt.Sprintf("%s:%d", pol.File, line), Reads: reads}}
+			}
+		}
+	}
+	dialectSkips(s, out)
 	return out
 }
 

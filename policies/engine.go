@@ -129,6 +129,11 @@ func (e *Engine) validateTakeFirst(ctx context.Context, p *Plan, in *Input, v *v
 	res, err := e.evaluate(ctx, p, in, facts)
 	if err != nil {
 		e.giveBack(ctx, p, v, slot)
+		if gone := CallerGone(ctx); gone != nil {
+			// The evaluation was canceled because the caller left, not
+			// because the policies failed: its slot is given back.
+			return callerGoneDecision(p, gone)
+		}
 		return v.failed(err)
 	}
 	return e.judge(ctx, p, v, slot, res)
@@ -162,11 +167,12 @@ func (e *Engine) validateDenyFirst(ctx context.Context, p *Plan, in *Input, v *v
 		return e.failedFirst(ctx, p, v, err)
 	}
 	var patterns rego.Result
-	if len(p.Patterns) > 0 {
+	if p.judgesBesideRego() {
 		if err := in.goObjects(); err != nil {
 			return e.failedFirst(ctx, p, v, err)
 		}
 		judgePatterns(p.Patterns, in, &patterns)
+		judgeDialects(ctx, p.Policies, in, &patterns)
 	}
 	elapsed := time.Since(start)
 	if len(first.Result.Deny) > 0 || len(patterns.Deny) > 0 {
@@ -335,16 +341,17 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 			return res, err
 		}
 	}
-	if len(p.Patterns) > 0 {
+	if p.judgesBesideRego() {
 		if err := in.goObjects(); err != nil {
 			return rego.Result{}, err
 		}
 		_, span := tracing.Child(ctx, "patterns")
 		start := time.Now()
 		judgePatterns(p.Patterns, in, &res)
+		judgeDialects(ctx, p.Policies, in, &res)
 		elapsed += time.Since(start)
 		if span != nil {
-			span.SetAttributes(attribute.Int("qn.patterns", len(p.Patterns)))
+			span.SetAttributes(attribute.Int("qn.patterns", len(p.Patterns)), attribute.Int("qn.policies", len(p.Policies)))
 		}
 		tracing.End(span, nil)
 	}

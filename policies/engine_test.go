@@ -222,7 +222,7 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 		},
 		"an unknown field in roles.yaml": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(roles + "    limt: 3\n")}, "p.rego": {Data: []byte(good)}},
-			want:  `roles.yaml:6: roles.r.limt: unknown field (known here: operations, requesters, delete, moveTo, window, packages, patterns, enforcement, packageEnforcement, patternEnforcement, onError, parameters)`,
+			want:  `roles.yaml:6: roles.r.limt: unknown field (known here: operations, requesters, delete, moveTo, window, packages, patterns, policies, enforcement, packageEnforcement, patternEnforcement, onError, parameters)`,
 		},
 		"a default role that does not exist": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte(strings.Replace(roles, "defaultRole: r", "defaultRole: x", 1))}, "p.rego": {Data: []byte(good)}},

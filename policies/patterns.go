@@ -68,8 +68,8 @@ func patternName(file string) string {
 	return strings.TrimSuffix(path.Base(file), pattern.FileSuffix)
 }
 
-// patternsOnly says every role of the table is judged by pattern policies
-// alone, so a directory without Rego files is complete.
+// patternsOnly says every role of the table is judged by pattern and
+// dialect policies alone, so a directory without Rego files is complete.
 func patternsOnly(roles *RoleTable) bool {
 	if roles == nil {
 		return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -211,7 +212,7 @@ func TestPatternLoadErrors(t *testing.T) {
 		},
 		"a role with neither packages nor patterns": {
 			files: fstest.MapFS{"roles.yaml": {Data: []byte("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    patterns: []\n")}},
-			want:  `roles.yaml:3: roles.r.packages: list at least one Rego package (e.g. qn.quantumnode) or pattern policy (patterns: [name])`,
+			want:  `roles.yaml:3: roles.r.packages: list at least one Rego package (e.g. qn.quantumnode), pattern policy (patterns: [name]) or policy (policies: [name])`,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -289,5 +290,62 @@ func TestEveryPatternProblemInOnePass(t *testing.T) {
 	}
 	if !strings.Contains(ps[2].Message, `"c" is not a pattern policy of the directory`) {
 		t.Errorf("the unknown name: %s", ps[2].Message)
+	}
+}
+
+// TestAuditJudgesPatternPolicies: a node a pattern refuses at admission is
+// not reported compliant by the audit (nor, through it, by the
+// PolicyReports and qnctl impact on stored objects); an Audit-mode pattern
+// warns; a pattern whose selectors read the requester is skipped with the
+// line that reads it, never passed; a DELETE-only pattern is skipped.
+func TestAuditJudgesPatternPolicies(t *testing.T) {
+	extra := fstest.MapFS{
+		"admins-only.pattern.yaml":    {Data: []byte("kind: PatternPolicy\nmatch:\n  userInfo:\n    groups: [\"!system:masters\"]\nvalidate:\n  message: only admins\n  pattern: {metadata: {labels: {admin: \"true\"}}}\n")},
+		"keep-on-delete.pattern.yaml": {Data: []byte("kind: PatternPolicy\nmatch:\n  operations: [DELETE]\nvalidate:\n  message: keep\n  pattern: {metadata: {labels: {deletable: \"true\"}}}\n")},
+		"create-only.pattern.yaml":    {Data: []byte("kind: PatternPolicy\nmatch:\n  operations: [CREATE]\nvalidate:\n  message: created nodes carry a zone\n  pattern: {metadata: {labels: {zone: \"?*\"}}}\n")},
+	}
+	const role = "    operations: [CREATE, UPDATE]\n    packages: [p]\n    patterns: [low-priority, audit-team, admins-only, keep-on-delete, create-only]\n"
+	e := NewEngine(patternSet(t, role, extra), EngineOptions{})
+	node := func(labels map[string]any) map[string]any { return storedNode("edge", nil, labels, nil) }
+
+	refused := e.Audit(context.Background(), node(map[string]any{"priority": "high", "team": "ops", "zone": "a"}))
+	want := []string{
+		"admins-only.validate=skip", "audit-team.validate=pass", "create-only.validate=pass",
+		"keep-on-delete.validate=skip", "low-priority.validate=fail", "p.deny=pass",
+	}
+	if got := verdicts(refused); !slices.Equal(got, want) {
+		t.Fatalf("verdicts %q, want %q", got, want)
+	}
+	if refused.Compliant() {
+		t.Fatal("a node the low-priority pattern refuses at admission is reported compliant")
+	}
+	if v := strings.Join(refused.Violations(), "; "); !strings.Contains(v, "pattern low-priority failed at /metadata/labels/priority/") {
+		t.Errorf("violations %q do not say which pattern failed where", v)
+	}
+	for _, rr := range refused.Rules {
+		switch rr.Package {
+		case "admins-only":
+			if len(rr.Skipped) != 1 || rr.Skipped[0].Location != "admins-only.pattern.yaml:4" || !strings.Contains(rr.Messages[0], "request.userInfo") {
+				t.Errorf("admins-only: skipped %+v messages %q; want it skipped at its userInfo line, naming request.userInfo", rr.Skipped, rr.Messages)
+			}
+		case "keep-on-delete":
+			if !strings.Contains(strings.Join(rr.Messages, ""), "judges DELETE only") {
+				t.Errorf("keep-on-delete: messages %q do not say why it is skipped", rr.Messages)
+			}
+		}
+	}
+
+	warned := e.Audit(context.Background(), node(map[string]any{"priority": "low", "zone": "a"}))
+	if !warned.Compliant() || warned.Count(VerdictWarn) != 1 || warned.Count(VerdictFail) != 0 {
+		t.Fatalf("a node missing only the Audit pattern's team label: %q compliant=%v, want compliant with one warn", verdicts(warned), warned.Compliant())
+	}
+	noZone := e.Audit(context.Background(), node(map[string]any{"priority": "low", "team": "ops"}))
+	if got := verdicts(noZone); !slices.Contains(got, "create-only.validate=fail") || noZone.Compliant() {
+		t.Errorf("a CREATE-only pattern is not judged against a stored node as its creation: %q", got)
+	}
+
+	skips := AuditSkips(context.Background(), e.Current())
+	if s := skips["admins-only.validate"]; len(s) != 1 || s[0].Reads[0] != "request.userInfo" {
+		t.Errorf("AuditSkips[admins-only.validate] = %+v, want the pattern that reads request.userInfo", s)
 	}
 }

@@ -3,6 +3,7 @@ package policies
 import (
 	"fmt"
 
+	"github.com/quantumnode/qn-admission/policies/dialect"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -66,6 +67,9 @@ type Plan struct {
 	// Patterns are the role's pattern policies, judged beside Query on the
 	// validating path (patterns never patch).
 	Patterns []*pattern.Policy
+	// Policies are the role's policies in other dialects (ClusterPolicy,
+	// ValidatingAdmissionPolicy...), judged beside the patterns.
+	Policies []dialect.Policy
 	// DenyFirst, when set, is Query in two stages (validation, roles with
 	// a window none of whose deny rules may read it): the deny rules, and
 	// the warn rules that do not read the window, before the window is
@@ -98,6 +102,7 @@ func (s *Set) plan(in *Input, path Path) *Plan {
 	} else {
 		p.Query = s.validate[b.role]
 		p.Patterns = s.patterns[b.role]
+		p.Policies = s.dialects[b.role]
 		if p.Window != nil {
 			p.DenyFirst = s.denyFirst[b.role]
 		}
@@ -112,7 +117,7 @@ func (p *Plan) Evaluates() bool {
 }
 
 // patternsOnly says the role lists no Rego packages: it has no prepared
-// query and is judged by its pattern policies alone.
+// query and is judged by its pattern and dialect policies alone.
 func (p *Plan) patternsOnly() bool {
 	return p.Spec != nil && len(p.Spec.Packages) == 0
 }
@@ -121,4 +126,10 @@ func (p *Plan) patternsOnly() bool {
 // which Load never produces.
 func (p *Plan) inconsistent() error {
 	return fmt.Errorf("no prepared policies for role %q (policy set %s is inconsistent)", p.Role, p.Set.Revision)
+}
+
+// judgesBesideRego says the plan has pattern or dialect policies to judge
+// beside its Rego query.
+func (p *Plan) judgesBesideRego() bool {
+	return len(p.Patterns) > 0 || len(p.Policies) > 0
 }

@@ -114,6 +114,12 @@ type Role struct {
 	// Patterns are the pattern policies (<name>.pattern.yaml, Kyverno
 	// validate patterns) judged beside the packages on the validating path.
 	Patterns []string `yaml:"patterns"`
+	// Policies are policies as users keep them in other dialects, by
+	// metadata.name: Kyverno ClusterPolicies and Policies, Kubernetes
+	// ValidatingAdmissionPolicies, Kyverno ValidatingPolicies (any *.yaml
+	// file of the directory). They are judged beside the packages and the
+	// patterns on the validating path.
+	Policies []string `yaml:"policies"`
 	// Enforcement of the role's denials; default deny.
 	Enforcement Enforcement `yaml:"enforcement"`
 	// PackageEnforcement and PatternEnforcement override Enforcement for
@@ -167,7 +173,7 @@ func (t *RoleTable) Names() []string {
 var allowedKeys = map[string][]string{
 	"":                   {"defaultRole", "exemptions", "roles", "inventory"},
 	"exemptions":         {"users", "groups", "namespaces"},
-	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "patterns", "enforcement", "packageEnforcement", "patternEnforcement", "onError", "parameters"},
+	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "patterns", "policies", "enforcement", "packageEnforcement", "patternEnforcement", "onError", "parameters"},
 	"roles.*.window":     {"limit", "period", "key", "onStoreError"},
 	"roles.*.requesters": {"users", "groups", "serviceAccounts"},
 	"roles.*.delete":     {"users", "groups", "serviceAccounts"},
@@ -291,8 +297,8 @@ func (v *validator) role(t *RoleTable, name string, r *Role) {
 			v.at(p+".moveTo", "a role cannot move to itself; list other roles")
 		}
 	}
-	if len(r.Packages) == 0 && len(r.Patterns) == 0 {
-		v.at(p+".packages", "list at least one Rego package (e.g. qn.quantumnode) or pattern policy (patterns: [name])")
+	if len(r.Packages) == 0 && len(r.Patterns) == 0 && len(r.Policies) == 0 {
+		v.at(p+".packages", "list at least one Rego package (e.g. qn.quantumnode), pattern policy (patterns: [name]) or policy (policies: [name])")
 	}
 	switch r.Enforcement {
 	case "":

@@ -58,7 +58,7 @@ roles:
 		},
 		"missing packages": {
 			src:  strings.Replace(base, "    packages: [p]\n", "", 1),
-			want: "roles.yaml:3: roles.rt.packages: list at least one Rego package (e.g. qn.quantumnode) or pattern policy (patterns: [name])",
+			want: "roles.yaml:3: roles.rt.packages: list at least one Rego package (e.g. qn.quantumnode), pattern policy (patterns: [name]) or policy (policies: [name])",
 		},
 		"an unknown enforcement": {
 			src:  base + "    enforcement: audit\n",

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/quantumnode/qn-admission/internal/problem"
+	"github.com/quantumnode/qn-admission/policies/dialect"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -65,6 +66,10 @@ type Set struct {
 	// patterns are each role's pattern policies, judged on the validating
 	// path beside the validate query; absent for a role without any.
 	patterns map[string][]*pattern.Policy
+	// dialects are each role's policies in other dialects (roles.yaml's
+	// policies), judged beside the patterns.
+	dialects    map[string][]dialect.Policy
+	allDialects []dialect.Policy
 	// fields is what of the input the set's policies may read.
 	fields *inputFields
 	// objectReads is what of the objects its decisions may read.
@@ -80,6 +85,8 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	var problems Problems
 	rolesSrc, roles := readRoleTable(fsys, &problems)
 	patterns, patternFiles := rolePatterns(fsys, roles, &problems)
+	dialectDocs, dialectFiles := readDialectDocuments(fsys, &problems)
+	dialects, allDialects := routeDialects(dialectDocs, roles, &problems)
 	data, dataSrc := readData(fsys, &problems)
 	// Role parameters are data too: a role's policies read data.roles.<role>.
 	params := map[string]any{}
@@ -111,7 +118,8 @@ func Load(ctx context.Context, fsys fs.FS, opts LoadOptions) (*Set, error) {
 	if problems = append(problems, undeclaredPackages(roles, compiled)...); len(problems) > 0 {
 		return nil, problems
 	}
-	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, patternFiles), Roles: roles, Compiled: compiled, patterns: patterns,
+	set := &Set{Revision: contentRevision(rolesSrc, dataSrc, modules, append(patternFiles, dialectFiles...)), Roles: roles, Compiled: compiled,
+		patterns: patterns, dialects: dialects, allDialects: allDialects,
 		fields: newInputFields(compiled), objectReads: objectReadsOf(compiled)}
 	problems = set.prepare(ctx, opts.EvalTimeout)
 	if !opts.SkipTests && len(problems) == 0 {

@@ -15,9 +15,11 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/quantumnode/qn-admission/internal/policyfiles"
 	"github.com/quantumnode/qn-admission/internal/problem"
 	"go.yaml.in/yaml/v3"
 )
@@ -105,28 +107,13 @@ type File struct {
 // ReadFiles returns every pattern policy file in fsys, sorted by path.
 func ReadFiles(fsys fs.FS) ([]File, error) {
 	var files []File
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			// Hidden directories are a checkout's or a ConfigMap's machinery
-			// (.git, ..2026_11_22...), never policies.
-			if p != "." && strings.HasPrefix(d.Name(), ".") {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(d.Name(), FileSuffix) {
-			return nil
-		}
-		src, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return fmt.Errorf("read pattern policy %s: %w", p, err)
-		}
+	err := policyfiles.Walk(fsys, func(p string) bool { return strings.HasSuffix(path.Base(p), FileSuffix) }, func(p string, src []byte) error {
 		files = append(files, File{Path: p, Source: src})
 		return nil
 	})
+	if err != nil {
+		err = fmt.Errorf("read pattern policy: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +185,14 @@ func Parse(file string, src []byte) (*Policy, *problem.Problem) {
 	doc := root.Content[0]
 	if doc.Kind != yaml.MappingNode {
 		return nil, p.errorf(doc.Line, "", "a pattern policy is a mapping with kind: %s and validate", Kind)
+	}
+	if av := child(doc, "apiVersion"); av != nil {
+		kind := "document"
+		if k := child(doc, "kind"); k != nil {
+			kind = k.Value
+		}
+		return nil, p.errorf(av.Line, "apiVersion", "this is a %s %s, not a PatternPolicy: save it as %s.yaml (without %s) and list its metadata.name under a role's policies in roles.yaml",
+			av.Value, kind, name, FileSuffix)
 	}
 	if err := p.checkKeys(doc, ""); err != nil {
 		return nil, err
@@ -516,4 +511,34 @@ func validName(name string) bool {
 		}
 	}
 	return true
+}
+
+// RequesterReads says which parts of the request that only an admission
+// request has (request.userInfo) the policy's match or exclude selectors
+// read, and the line of the first one: such a policy cannot be judged
+// against a stored object, which has no requester (Kyverno requires
+// background: false of such rules for the same reason).
+func (p *Policy) RequesterReads() (line int, reads []string) {
+	for _, s := range []*Selector{p.Match, p.Exclude} {
+		if s != nil && s.UserInfo != nil {
+			if line == 0 {
+				line = s.UserInfo.Line
+			}
+			reads = []string{"request.userInfo"}
+		}
+	}
+	return line, reads
+}
+
+// StoredOperation is the operation under which a stored object is judged
+// in the background: UPDATE (the object written again as it is) when the
+// policy judges updates, else CREATE; "" when the policy judges neither
+// (a DELETE-only policy says nothing about an object that stays).
+func (p *Policy) StoredOperation() string {
+	for _, op := range []string{"UPDATE", "CREATE"} {
+		if slices.Contains(p.Operations, op) {
+			return op
+		}
+	}
+	return ""
 }

@@ -219,6 +219,9 @@ func (c *compiler) role(name string, r policies.Role) (qnv1alpha1.CompiledRole, 
 	for _, pat := range r.Patterns {
 		rr.add(p+".patterns", "pattern policy "+pat, WhereWebhook, "Kyverno-style patterns are matched by the webhook only")
 	}
+	for _, pol := range r.Policies {
+		rr.add(p+".policies", "policy "+pol, WhereWebhook, "Kyverno and Kubernetes policy files listed by a role are judged by the webhook only; load a ValidatingAdmissionPolicy into the API server yourself to have it enforce one there")
+	}
 	c.limits.count(p+" conditions on labels", len(out.Conditions.Labels), maxConditions)
 	c.limits.count(p+" conditions on annotations", len(out.Conditions.Annotations), maxConditions)
 	if !out.Enforced {

@@ -305,3 +305,25 @@ func TestImpactReadsTheBaseFromGit(t *testing.T) {
 		t.Errorf("want the base named by its ref and commit, got %d:\n%s", code, out)
 	}
 }
+
+// TestImpactOfAPatternOnStoredNodes: a proposal that adds a pattern policy
+// reports the stored nodes it would refuse their next update, as it does
+// for Rego: patterns are not invisible to impact on snapshots.
+func TestImpactOfAPatternOnStoredNodes(t *testing.T) {
+	roles := strings.Replace(mustRead(t, testPolicies+"/roles.yaml"),
+		"    packages: [demo.nodes, demo.label]\n", "    packages: [demo.nodes, demo.label]\n    patterns: [amd64-only]\n", 1)
+	proposed := copyDir(t, testPolicies, map[string]string{
+		"roles.yaml":              roles,
+		"amd64-only.pattern.yaml": "kind: PatternPolicy\nvalidate:\n  message: standard nodes run on amd64\n  pattern: {spec: {hardware: {arch: amd64}}}\n",
+	})
+	r := runImpactJSON(t, exitFailed, "--base", testPolicies, "--proposed", proposed, "--time", testTime, "testdata/audit/snapshot.yaml")
+	// n1 (arm64, standard) was compliant and is now refused; n2 (riscv)
+	// was refused already and gains a reason; n3 and n4 are other roles.
+	want := []string{
+		"newly denied stored demo/n1 by  [amd64-only] 0->403",
+		"reasons changed stored demo/n2 by  [amd64-only] 403->403",
+	}
+	if got := r.flipLines(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("flips:\n got  %q\n want %q", got, want)
+	}
+}

@@ -241,6 +241,7 @@ func lintDirectory(ctx context.Context, r *lintReport, source policies.Source, s
 	lintInertPackages(r, set)
 	lintUnlistedPackages(r, set)
 	patterns, listedPatterns, examplePatterns := lintUnlistedPatterns(r, fsys, set)
+	lintUnlistedDialects(r, set)
 	lintNetworkCalls(r, set)
 	typeChecked := ""
 	if schema != nil {
@@ -371,6 +372,24 @@ func lintUnlistedPatterns(r *lintReport, fsys fs.FS, set *policies.Set) (all, li
 			fmt.Sprintf("add %s to the patterns of the roles it should judge, or delete the file", name)))
 	}
 	return len(byName), listed, onPurpose
+}
+
+// lintUnlistedDialects warns of Kyverno and Kubernetes policy files no
+// role lists: loaded and checked, they never judge anything.
+func lintUnlistedDialects(r *lintReport, set *policies.Set) {
+	used := map[string]bool{}
+	for _, role := range set.Roles.Roles {
+		for _, name := range role.Policies {
+			used[name] = true
+		}
+	}
+	for _, p := range set.DialectPolicies() {
+		if !used[p.Name()] {
+			r.add(lintWarning(p.File(), p.Line(),
+				fmt.Sprintf("%s %q is listed by no role in %s, so it never runs", p.Kind(), p.Name(), policies.RolesFile),
+				fmt.Sprintf("add %s to the policies of the roles it should judge, or delete the document", p.Name())))
+		}
+	}
 }
 
 // lintNetworkCalls warns of http.send in a decision rule: allowed with

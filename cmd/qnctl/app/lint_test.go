@@ -53,6 +53,22 @@ func TestLintReportsEveryProblemWithFileLineAndHint(t *testing.T) {
 			want: []string{`unlisted.pattern.yaml:1: warning: pattern policy "unlisted" is listed by no role in roles.yaml, so it never runs`,
 				"2 pattern policies (1 listed by a role)"},
 		},
+		"a Kyverno ClusterPolicy no role lists is a warning at its document; one a role lists loads": {
+			edits: map[string]string{
+				"kyverno.yaml": "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: needs-team}\nspec:\n  rules:\n  - name: team\n    match: {resources: {kinds: [QuantumNode]}}\n    validate: {pattern: {metadata: {labels: {team: \"?*\"}}}}\n" +
+					"---\napiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: needs-tier}\nspec:\n  rules:\n  - name: tier\n    match: {resources: {kinds: [QuantumNode]}}\n    validate: {pattern: {metadata: {labels: {tier: \"?*\"}}}}\n",
+				"roles.yaml": "defaultRole: standard\nroles:\n  standard:\n    operations: [CREATE]\n    packages: [demo.nodes]\n    policies: [needs-tier]\n",
+			},
+			wantCode: exitOK,
+			want:     []string{`kyverno.yaml:1: warning: ClusterPolicy "needs-team" is listed by no role in roles.yaml, so it never runs`, "ok with 3 warnings"},
+		},
+		"a Kyverno ClusterPolicy with a mutate rule is an error at its rule, never ignored": {
+			edits: map[string]string{
+				"kyverno.yaml": "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: add-team}\nspec:\n  rules:\n  - name: team\n    match: {resources: {kinds: [QuantumNode]}}\n    mutate: {patchStrategicMerge: {metadata: {labels: {team: x}}}}\n",
+			},
+			wantCode: exitFailed,
+			want:     []string{`kyverno.yaml:6: error: spec.rules[0].mutate: rule "team": mutate rules are not supported`},
+		},
 		"http.send in a deny rule is a performance warning under --allow-network-builtins": {
 			edits: map[string]string{
 				"net.rego":   "package demo.net\n\ndeny contains msg if {\n\tr := http.send({\"method\": \"get\", \"url\": \"http://x\"})\n\tmsg := r.body\n}\n",
