@@ -181,7 +181,7 @@ func runImpact(ctx context.Context, opts *commonOptions, o *impactOptions, snaps
 	// A replay allocates much per request and keeps little (the windows,
 	// the flips): collecting less often is a third of its time.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	c := &comparison{base: base.Set, proposed: proposed.Set}
+	c := &comparison{base: base.Set, proposed: proposed.Set, baseInventory: base.Inventory, proposedInventory: proposed.Inventory}
 	if err := c.judgeStored(ctx, o, snapshots, s); err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
@@ -248,8 +248,8 @@ func describeInputs(inputs []*inputReport) string {
 // judgeStored judges the QuantumNodes of each snapshot and of the
 // cluster, as qnctl audit reads them.
 func (c *comparison) judgeStored(ctx context.Context, o *impactOptions, snapshots []string, s Streams) error {
-	base := policies.NewEngine(c.base, policies.EngineOptions{})
-	proposed := policies.NewEngine(c.proposed, policies.EngineOptions{})
+	base := policies.NewEngine(c.base, policies.EngineOptions{Inventory: c.baseInventory})
+	proposed := policies.NewEngine(c.proposed, policies.EngineOptions{Inventory: c.proposedInventory})
 	judge := func(kind, source string, docs []document) error {
 		nodes, others, err := storedNodes(docs, o.Namespace)
 		if err != nil {

@@ -78,6 +78,9 @@ type flip struct {
 // keeps the flips.
 type comparison struct {
 	base, proposed *policies.Set
+	// baseInventory and proposedInventory are --inventory's snapshot,
+	// each pruned to what its set reads; nil without it.
+	baseInventory, proposedInventory policies.Inventory
 	mu             sync.Mutex
 	flips          []flip
 	inputs         []*inputReport
@@ -94,11 +97,11 @@ type impactJudge struct {
 	decider *explainingDecider
 }
 
-func newImpactJudge(set *policies.Set, start time.Time) *impactJudge {
+func newImpactJudge(set *policies.Set, inv policies.Inventory, start time.Time) *impactJudge {
 	clk := &replayClock{now: start}
 	// The memory store is the server's own (qn-webhook's default), and a
 	// window.Counter: no deadline is needed around it.
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{})})
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: window.NewMemoryStore(clk, window.MemoryOptions{}), Inventory: inv})
 	d := newExplainingDecider(engine, false)
 	d.noWire = true
 	return &impactJudge{clock: clk, decider: d}
@@ -137,7 +140,7 @@ type judgePair struct {
 }
 
 func (c *comparison) pair(start time.Time) *judgePair {
-	jp := &judgePair{base: newImpactJudge(c.base, start), proposed: newImpactJudge(c.proposed, start)}
+	jp := &judgePair{base: newImpactJudge(c.base, c.baseInventory, start), proposed: newImpactJudge(c.proposed, c.proposedInventory, start)}
 	jp.base.decider.objects = jp.objects.decode
 	jp.proposed.decider.objects = jp.objects.decode
 	return jp

@@ -29,6 +29,11 @@ func TestInventorySnapshotsAreWhatPoliciesSee(t *testing.T) {
 			wantCode: exitFailed,
 			want:     []string{"edge/edge-1 (role default): [qn.nodeclaim.deny fail]", "edge/edge-2 (role default): [qn.nodeclaim.deny fail]", "0 compliant, 2 non-compliant"},
 		},
+		"impact judges both sets against the snapshot: routing the claim rule newly fails both claims": {
+			args:     []string{"impact", "--base", "testdata/inventory/without-claims", "--proposed", policiesDir, "--inventory", snapshot, snapshot},
+			wantCode: exitFailed,
+			want:     []string{"edge/edge-1", "edge/edge-2", `already claimed by QuantumNode edge/edge-2`},
+		},
 		"a snapshot that cannot be read is bad input": {
 			args:     []string{"eval", claim, "--policy-dir", policiesDir, "--inventory", "testdata/inventory/missing.yaml"},
 			wantCode: exitBadInput,

@@ -160,7 +160,7 @@ that does not load.`,
 	root.PersistentFlags().DurationVar(&opts.PolicyEvalTimeout, "policy-eval-timeout", opts.PolicyEvalTimeout,
 		"Deadline of one policy evaluation (as qn-webhook --policy-eval-timeout).")
 	root.PersistentFlags().StringVar(&opts.Inventory, "inventory", opts.Inventory,
-		"A List of stored objects (kubectl get nodes,quantumnodes -A -o yaml) that policies read as data.inventory, as qn-webhook --inventory keeps them (eval, test, audit).")
+		"A List of stored objects (kubectl get nodes,quantumnodes -A -o yaml) that policies read as data.inventory, as qn-webhook --inventory keeps them (eval, test, audit, impact).")
 	root.AddCommand(
 		newEvalCommand(opts, s),
 		newTestCommand(opts, s),
