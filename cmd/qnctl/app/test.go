@@ -55,10 +55,12 @@ row's operation) by each policy, and each results row (policy, rule,
 resources, result: pass, fail, skip, warn or error) is compared with the
 verdict; a row that disagrees fails and says its policy, rule, resource,
 the result expected and got, and the rule's message. Values files give
-request.operation and request.object.* values; what needs a cluster or
-is not a validate rule (mutate and generate rows, payloads, exceptions,
-API call mocks, rule values, namespaceSelector) is refused, naming the
-file. A DIR without roles.yaml that holds Kyverno tests runs only those.
+request.operation, request.object.* and request.oldObject.* values; what
+needs a cluster or is not a validate rule (mutate and generate rows,
+payloads, exceptions, API call mocks, rule values, namespaceSelector) is
+refused, naming the file. A DIR without roles.yaml that holds Kyverno
+tests runs only those. docs/policies.md ("Kyverno test folders") says
+more.
 
 Exit codes: 0 every test and case passed, 1 one failed, 2 the policy directory,
 a fixture file or a Kyverno test does not load, or nothing ran: no Rego test,
