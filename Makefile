@@ -80,10 +80,16 @@ docs-samples:
 bench:
 	@mkdir -p $(BIN)
 	echo "# load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" > $(BIN)/bench-inprocess.txt
-	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 2s -count 3 ./policies/ ./policies/window/ ./webhook/ | tee -a $(BIN)/bench-inprocess.txt
+	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 2s -count 3 ./policies/ ./policies/window/ ./policies/dialect/kyverno/ ./policies/dialect/admissionpolicy/ ./webhook/ | tee -a $(BIN)/bench-inprocess.txt
 	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 1s -count 3 ./test/load/ | tee -a $(BIN)/bench-inprocess.txt
 	echo "# after: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BIN)/bench-inprocess.txt
 	$(GO) run ./test/load/cmd/qnload --inprocess $(BIN)/bench-inprocess.txt --doc docs/benchmarks.md
+
+## bench-inventory: the cluster inventory's heap with 10,000 QuantumNodes and 5,000 Nodes synced from a real kube-apiserver, and validate CPU for a role that reads it and one that does not (docs/benchmarks.md, "The cluster inventory")
+.PHONY: bench-inventory
+bench-inventory:
+	KUBEBUILDER_ASSETS="$$(K8S_VERSION=$(K8S_VERSION) ./hack/k8s-bins.sh)" $(GO) test -run XXX -bench BenchmarkInventoryMemory -benchtime 1x -timeout 20m ./policies/inventory/
+	$(GO) test -run XXX -bench BenchmarkValidate -benchtime 5000x -count 3 ./policies/inventory/
 
 ## bench-scalers: the real qn-controller with 1,000 HorizontalQNScalers polled every 15 s against a real Prometheus and kube-apiserver for 3 minutes: CPU of each process, Prometheus' query rate, the controller's API requests (docs/benchmarks.md, "HorizontalQNScaler")
 .PHONY: bench-scalers
@@ -100,7 +106,7 @@ chart:
 ## fuzz: run every Go fuzz target for FUZZTIME each (default 30s; make test runs their seed corpora and make fuzz-smoke); FUZZ_INSTRUMENT=module guides by this module's code only, for 6-27x the executions (docs/reliability.md); FUZZ_TARGETS=./pkg/:FuzzName picks targets
 FUZZTIME ?= 30s
 FUZZ_INSTRUMENT ?= all
-FUZZ_TARGETS ?= ./policies/:FuzzScopedPatchMatchesWholeDocument ./policies/:FuzzDirectPatchMatchesJSONPatch ./webhook/:FuzzDecodeAndAnswer ./webhook/:FuzzOnePassDecodingAgrees ./webhook/:FuzzAppendJSONString ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzPlannedEvaluationMatchesReference ./policies/:FuzzParseRoleTable ./cmd/qnctl/app/:FuzzEvalInput ./internal/astjson/:FuzzDecodeAgreesWithTheReference ./internal/astjson/:FuzzProjectedDecodingAgrees ./internal/astjson/:FuzzUnquoteMatchesEncodingJSON
+FUZZ_TARGETS ?= ./policies/dialect/kyverno/:FuzzReadAndJudge ./policies/:FuzzScopedPatchMatchesWholeDocument ./policies/:FuzzDirectPatchMatchesJSONPatch ./webhook/:FuzzDecodeAndAnswer ./webhook/:FuzzOnePassDecodingAgrees ./webhook/:FuzzAppendJSONString ./policies/:FuzzInputValueMatchesItsJSONForm ./policies/:FuzzPlannedEvaluationMatchesReference ./policies/:FuzzParseRoleTable ./cmd/qnctl/app/:FuzzEvalInput ./internal/astjson/:FuzzDecodeAgreesWithTheReference ./internal/astjson/:FuzzProjectedDecodingAgrees ./internal/astjson/:FuzzUnquoteMatchesEncodingJSON
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

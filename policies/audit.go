@@ -162,7 +162,10 @@ func (e *Engine) Audit(ctx context.Context, obj map[string]any) AuditResult {
 		}
 		if evalErr == nil && pa.query != nil {
 			start := time.Now()
-			out, evalErr = pa.query.Eval(ctx, value)
+			evalCtx := ctx
+			if evalCtx, evalErr = e.withInventory(ctx, pa.query); evalErr == nil {
+				out, evalErr = pa.query.Eval(evalCtx, value)
+			}
 			e.metrics.evaluated(p.Role, time.Since(start), evalErr)
 		}
 		for _, rule := range pa.rules {

@@ -54,6 +54,10 @@ type Decision struct {
 	// (an evaluation or window error), allowed or not: strict health
 	// counts these.
 	PolicyFailed bool
+	// CallerGone is set when the change was not judged because its caller
+	// went away before it was counted in its rate window (CallerGone): no
+	// slot was taken, and nobody reads the answer.
+	CallerGone bool
 }
 
 // Allow admits with optional warnings.

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/quantumnode/qn-admission/internal/policyfiles"
 	"github.com/quantumnode/qn-admission/policies/dialect"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
@@ -32,23 +33,8 @@ func isDialectFile(name string) bool {
 func readDialectDocuments(fsys fs.FS, problems *Problems) ([]dialect.Document, []pattern.File) {
 	var docs []dialect.Document
 	var files []pattern.File
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != "." && strings.HasPrefix(d.Name(), ".") {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !isDialectFile(p) || strings.Contains(p, "/") && path.Dir(p) != "." && isFixtureDir(p) {
-			return nil
-		}
-		src, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return err
-		}
+	keep := func(p string) bool { return isDialectFile(p) && !isFixtureDir(p) }
+	err := policyfiles.Walk(fsys, keep, func(p string, src []byte) error {
 		found, err := dialect.Documents(p, src)
 		if err != nil && mentionsPolicyAPI(src) {
 			*problems = append(*problems, yamlProblem(p, err))
@@ -96,13 +82,16 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 		supported = append(supported, r.Kinds()...)
 	}
 	sort.Strings(supported)
+	var others []dialect.Document
 	for _, d := range docs {
 		key := dialect.Key(d.APIVersion, d.Kind)
 		i := slices.IndexFunc(dialectReaders, func(r dialect.Reader) bool { return slices.Contains(r.Kinds(), key) })
 		switch {
 		case i >= 0:
 			byReader[i] = append(byReader[i], d)
-		case slices.Contains(dialect.PolicyGroups, d.Group()):
+		case !isPolicyDocument(d):
+			others = append(others, d)
+		default:
 			hint := "qn-admission reads " + strings.Join(supported, ", ")
 			if len(supported) == 0 {
 				hint = "this build of qn-admission reads no policy dialects besides Rego and pattern files"
@@ -111,12 +100,26 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 				Message: fmt.Sprintf("%s %s is a policy this server cannot judge", d.APIVersion, d.Kind), Hint: hint})
 		}
 	}
+	// declared are the names of every policy document, broken or not: a
+	// role listing a broken one gets its file's problem, not a second one.
+	declared := map[string]bool{}
+	for _, d := range docs {
+		if isPolicyDocument(d) {
+			declared[metadataName(d)] = true
+		}
+	}
 	byName := map[string]dialect.Policy{}
 	for i, r := range dialectReaders {
 		if len(byReader[i]) == 0 {
 			continue
 		}
-		pols, broken := r.Read(byReader[i])
+		var pols []dialect.Policy
+		var broken []*Problem
+		if pr, ok := r.(dialect.ParamsReader); ok {
+			pols, broken = pr.ReadWithParams(byReader[i], others)
+		} else {
+			pols, broken = r.Read(byReader[i])
+		}
 		*problems = append(*problems, broken...)
 		for _, p := range pols {
 			if prev, dup := byName[p.Name()]; dup {
@@ -146,6 +149,8 @@ func routeDialects(docs []dialect.Document, roles *RoleTable, problems *Problems
 				*problems = append(*problems, &Problem{File: RolesFile, Line: roles.Line(field), Path: field, Message: fmt.Sprintf("%q is listed twice", pname), Hint: "list each policy once"})
 			case ok:
 				out[name] = append(out[name], p)
+			case declared[pname]:
+				// Its document is broken and already reported.
 			default:
 				msg := fmt.Sprintf("%q is not a policy of the directory (there are none)", pname)
 				if len(known) > 0 {
@@ -272,3 +277,28 @@ func dialectSkips(s *Set, out map[string][]SkippedRule) {
 // DialectPolicies are every policy of the set's directory in another
 // dialect, listed by a role or not, sorted by name: what qnctl lint checks.
 func (s *Set) DialectPolicies() []dialect.Policy { return s.allDialects }
+
+// isPolicyDocument says a document belongs to a policy API: every kind of
+// the Kyverno and Gatekeeper groups, and the admission policies (not the
+// webhook configurations) of admissionregistration.k8s.io.
+func isPolicyDocument(d dialect.Document) bool {
+	if !slices.Contains(dialect.PolicyGroups, d.Group()) {
+		return false
+	}
+	return d.Group() != "admissionregistration.k8s.io" || strings.Contains(d.Kind, "Policy")
+}
+
+// metadataName is a document's metadata.name, "" when it has none.
+func metadataName(d dialect.Document) string {
+	for i := 0; i+1 < len(d.Node.Content); i += 2 {
+		if d.Node.Content[i].Value == "metadata" {
+			m := d.Node.Content[i+1]
+			for j := 0; j+1 < len(m.Content); j += 2 {
+				if m.Content[j].Value == "name" {
+					return m.Content[j+1].Value
+				}
+			}
+		}
+	}
+	return ""
+}

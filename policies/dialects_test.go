@@ -33,6 +33,15 @@ func TestPolicyFilesAreNeverSilentlyIgnored(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "policies/require.yaml:3: kind: kyverno.io/v1 ClusterPolicy is a policy this server cannot judge") {
 		t.Fatalf("a ClusterPolicy no dialect reads: %v", err)
 	}
+	// A role listing the refused policy hears of its file, not of a
+	// policy that does not exist; a webhook configuration kept beside the
+	// policies is no policy.
+	withPolicy["roles.yaml"] = &fstest.MapFile{Data: []byte("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    packages: [p]\n    policies: [require-team]\n")}
+	withPolicy["webhook.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: w}\n")}
+	_, err = Load(context.Background(), withPolicy, LoadOptions{})
+	if err == nil || strings.Contains(err.Error(), "is not a policy of the directory") || strings.Contains(err.Error(), "webhook.yaml") {
+		t.Fatalf("a role listing a refused policy: %v", err)
+	}
 	withPolicy["roles.yaml"] = &fstest.MapFile{Data: []byte("defaultRole: r\nroles:\n  r:\n    operations: [CREATE]\n    packages: [p]\n    policies: [require-team]\n")}
 	delete(withPolicy, "policies/require.yaml")
 	_, err = Load(context.Background(), withPolicy, LoadOptions{})

@@ -54,7 +54,12 @@ func newDirFS(dir string, opts LoadOptions) *dirFS {
 	if d.maxSet <= 0 {
 		d.maxSet = DefaultMaxPolicySetBytes
 	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
+	// The root is absolute: a relative one (qnctl lint .) would make every
+	// resolved path look outside it.
+	if abs, err := filepath.Abs(dir); err == nil {
+		d.root = abs
+	}
+	if real, err := filepath.EvalSymlinks(d.root); err == nil {
 		d.root = real
 	}
 	return d

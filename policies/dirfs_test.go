@@ -105,6 +105,17 @@ func TestPolicyDirectoryIsAnFS(t *testing.T) {
 	}
 }
 
+// TestARelativePolicyDirectoryReads: qnctl lint . names the directory
+// relative to the working directory; its files are inside it.
+func TestARelativePolicyDirectoryReads(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"roles.yaml": reloadRoles, "p.rego": dirFSRego})
+	t.Chdir(dir)
+	if err := fstest.TestFS(newDirFS(".", LoadOptions{}), "roles.yaml", "p.rego"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAFileGrowingPastItsBoundWhileReadIsRefused: the size is checked at
 // open and again as the bytes come.
 func TestAFileGrowingPastItsBoundWhileReadIsRefused(t *testing.T) {

@@ -27,6 +27,9 @@ type EngineOptions struct {
 	Windows window.Counter
 	// Metrics, when set, records evaluation latency and window rejections.
 	Metrics *Metrics
+	// Inventory, when set, is what policies read as data.inventory; nil
+	// leaves data.inventory undefined.
+	Inventory Inventory
 }
 
 // Engine decides admission requests against the current policy Set. The set
@@ -36,6 +39,8 @@ type Engine struct {
 	current atomic.Pointer[Set]
 	windows window.Counter
 	metrics *Metrics
+	// inventory is data.inventory (inventory.go); nil: none.
+	inventory Inventory
 	// denyFirst is set when a window call is a round trip
 	// (window.Remote): roles with a Plan.DenyFirst are then judged deny
 	// first, which saves the give-back of a refused change at the price
@@ -45,7 +50,7 @@ type Engine struct {
 
 // NewEngine serves set until Swap replaces it.
 func NewEngine(set *Set, opts EngineOptions) *Engine {
-	e := &Engine{windows: opts.Windows, metrics: opts.Metrics}
+	e := &Engine{windows: opts.Windows, metrics: opts.Metrics, inventory: opts.Inventory}
 	if e.windows == nil {
 		// As qn-webhook counts them by default.
 		e.windows = window.NewGuard(window.NewMemoryStore(clock.RealClock{}, window.MemoryOptions{}), window.GuardOptions{Name: "memory"})
@@ -124,6 +129,11 @@ func (e *Engine) validateTakeFirst(ctx context.Context, p *Plan, in *Input, v *v
 	res, err := e.evaluate(ctx, p, in, facts)
 	if err != nil {
 		e.giveBack(ctx, p, v, slot)
+		if gone := CallerGone(ctx); gone != nil {
+			// The evaluation was canceled because the caller left, not
+			// because the policies failed: its slot is given back.
+			return callerGoneDecision(p, gone)
+		}
 		return v.failed(err)
 	}
 	return e.judge(ctx, p, v, slot, res)
@@ -143,6 +153,10 @@ func (e *Engine) validateTakeFirst(ctx context.Context, p *Plan, in *Input, v *v
 // requests go there: their spans time the one query's packages.
 func (e *Engine) validateDenyFirst(ctx context.Context, p *Plan, in *Input, v *verdict) Decision {
 	start := time.Now()
+	ctx, err := e.withInventory(ctx, p.Query)
+	if err != nil {
+		return e.failedFirst(ctx, p, v, err)
+	}
 	value, err := e.inputValue(p, in, p.Facts)
 	if err != nil {
 		return e.failedFirst(ctx, p, v, err)
@@ -308,6 +322,9 @@ func (e *Engine) evaluate(ctx context.Context, p *Plan, in *Input, facts Facts) 
 	if p.Query != nil {
 		value, err := e.inputValue(p, in, facts)
 		if err != nil {
+			return rego.Result{}, err
+		}
+		if ctx, err = e.withInventory(ctx, p.Query); err != nil {
 			return rego.Result{}, err
 		}
 		evalCtx, span := tracing.Child(ctx, "policy evaluation")

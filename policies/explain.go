@@ -5,6 +5,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/topdown"
 
+	"github.com/quantumnode/qn-admission/policies/dialect"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -61,6 +62,9 @@ type Explanation struct {
 	// Their denials and warnings are not in Result, which is the Rego
 	// query's alone; the decision merges both.
 	Patterns []pattern.Verdict
+	// Policies are the verdicts of the role's dialect policies
+	// (ClusterPolicies...), one entry per policy.
+	Policies []PolicyVerdicts
 	// Firings are the rules that held, with file, line and value.
 	Firings []rego.Firing
 	// Trace is every event of the evaluation, for a readable Rego trace.
@@ -118,7 +122,12 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 			return nil, err
 		}
 		x.Packages = p.Query.Packages()
-		x.Result, x.Trace, x.Err = p.Query.EvalTraced(ctx, value)
+		evalCtx, err := e.withInventory(ctx, p.Query)
+		if err != nil {
+			x.Err = err
+		} else {
+			x.Result, x.Trace, x.Err = p.Query.EvalTraced(evalCtx, value)
+		}
 		x.Firings = rego.Firings(x.Trace)
 	}
 	if x.Err == nil && len(p.Patterns) > 0 {
@@ -127,5 +136,32 @@ func (e *Engine) Explain(ctx context.Context, in *Input, path Path) (*Explanatio
 		}
 		x.Patterns = explainPatterns(p.Patterns, in)
 	}
+	if x.Err == nil && len(p.Policies) > 0 {
+		if err := in.goObjects(); err != nil {
+			return nil, err
+		}
+		req := dialectRequest(in)
+		for _, pol := range p.Policies {
+			pv := PolicyVerdicts{Policy: pol}
+			if e, ok := pol.(dialect.Explainer); ok {
+				pv.Verdicts = e.Verdicts(ctx, &req)
+			} else {
+				for _, f := range pol.Evaluate(ctx, &req) {
+					status := "fail"
+					if f.Error {
+						status = "error"
+					}
+					pv.Verdicts = append(pv.Verdicts, dialect.Verdict{Rule: f.Rule, Status: status, Message: f.Message, Warn: f.Warn})
+				}
+			}
+			x.Policies = append(x.Policies, pv)
+		}
+	}
 	return x, nil
+}
+
+// PolicyVerdicts is what one dialect policy's rules made of a request.
+type PolicyVerdicts struct {
+	Policy   dialect.Policy
+	Verdicts []dialect.Verdict
 }

@@ -51,6 +51,9 @@ func newReloader(opts OpenOptions) *reloader {
 	}
 	r := &reloader{dir: opts.Dir, opts: opts}
 	watch := opts.Watch
+	if watch.Include == nil {
+		watch.Include = IsPolicyFile
+	}
 	next := watch.OnLook
 	watch.OnLook = func(err error) {
 		r.looked(err)
@@ -125,7 +128,7 @@ func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
 	const attempts = 3
 	for i := 0; ; i++ {
 		commit := dirwatch.WorktreeCommit(dir)
-		before, err := dirwatch.Fingerprint(dir)
+		before, err := Fingerprint(dir)
 		if err != nil {
 			return nil, fmt.Errorf("read policy directory %s: %w", dir, err)
 		}
@@ -133,7 +136,7 @@ func LoadDir(ctx context.Context, dir string, opts LoadOptions) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy directory %s: %w", dir, err)
 		}
-		after, err := dirwatch.Fingerprint(dir)
+		after, err := Fingerprint(dir)
 		if err != nil {
 			return nil, fmt.Errorf("read policy directory %s: %w", dir, err)
 		}

@@ -65,6 +65,9 @@ type RoleTable struct {
 	Exemptions Exemptions `yaml:"exemptions"`
 	// Roles by name.
 	Roles map[string]Role `yaml:"roles"`
+	// Inventory lists the kinds qn-webhook keeps an inventory of, which
+	// policies read as data.inventory (inventory.go).
+	Inventory []InventoryKind `yaml:"inventory"`
 
 	// doc is the parsed file, for Line.
 	doc *yaml.Node
@@ -168,7 +171,7 @@ func (t *RoleTable) Names() []string {
 // where the typo is and what was meant. "*" is any key (a role name);
 // parameters are free-form.
 var allowedKeys = map[string][]string{
-	"":                   {"defaultRole", "exemptions", "roles"},
+	"":                   {"defaultRole", "exemptions", "roles", "inventory"},
 	"exemptions":         {"users", "groups", "namespaces"},
 	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "patterns", "policies", "enforcement", "packageEnforcement", "patternEnforcement", "onError", "parameters"},
 	"roles.*.window":     {"limit", "period", "key", "onStoreError"},
@@ -270,6 +273,7 @@ func (v *validator) validate(t *RoleTable) {
 		v.role(t, name, &r)
 		t.Roles[name] = r
 	}
+	v.inventory(t)
 }
 
 // role checks one role and fills in its defaults.

@@ -22,7 +22,7 @@ roles:
 	}{
 		"an unknown top-level field": {
 			src:  base + "exemption: {}\n",
-			want: "roles.yaml:7: exemption: unknown field (known here: defaultRole, exemptions, roles)",
+			want: "roles.yaml:7: exemption: unknown field (known here: defaultRole, exemptions, roles, inventory)",
 		},
 		"an unknown field inside a window": {
 			src:  strings.Replace(base, "limit: 120", "limt: 120", 1),

@@ -104,6 +104,12 @@ func (e *Engine) countWindow(ctx context.Context, p *Plan, v *verdict, facts *Fa
 		return c, Decision{}, false
 	}
 	w := p.Window
+	// A caller that went away reads no answer: the change it asked for is
+	// not judged further and takes no slot (nor asks the store anything,
+	// which would answer a canceled call as a store failure).
+	if err := CallerGone(ctx); err != nil {
+		return c, callerGoneDecision(p, err), true
+	}
 	_, span := tracing.Child(ctx, "window")
 	var before window.State
 	if p.Facts.DryRun || readOnly {
@@ -126,7 +132,7 @@ func (e *Engine) countWindow(ctx context.Context, p *Plan, v *verdict, facts *Fa
 	tracing.End(span, c.err)
 	switch {
 	case errors.Is(c.err, window.ErrStoreUnavailable):
-		if v.refuse(storeRefusal(p), SourceWindowStore); v.settled() {
+		if v.refuse(storeRefusal(p, c.err), SourceWindowStore); v.settled() {
 			return c, v.decision(), true
 		}
 	case c.err != nil:
@@ -217,19 +223,29 @@ func (v *verdict) storeAnswered(p *Plan, a window.Answer, err error) {
 	if a.Fallback && !v.store.CountedLocally {
 		v.store.CountedLocally = true
 		v.warnings = append(v.warnings, fmt.Sprintf(
-			"rate window store unavailable: this change was counted on this replica only (role %q, onStoreError: failOpen)", p.Role))
+			"rate window store unavailable%s: this change was counted on this replica only (role %q, onStoreError: failOpen)", storeCause(a.StoreErr), p.Role))
 	}
 }
 
 // storeRefusal is the answer of a role that fails closed while its window
 // store cannot count: 503, so clients retry, with a message that says the
 // request itself was fine. The store's error goes to the decision log, not
-// to the requester.
-func storeRefusal(p *Plan) Decision {
+// to the requester, but for a cause the operator must act on (storeCause).
+func storeRefusal(p *Plan, err error) Decision {
 	d := Deny(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
-		"rate window store unavailable: role %q admits no change it cannot count (onStoreError: failClosed); retry in a moment", p.Role))
+		"rate window store unavailable%s: role %q admits no change it cannot count (onStoreError: failClosed); retry in a moment", storeCause(err), p.Role))
 	d.RetryAfter = time.Second
 	return d
+}
+
+// storeCause names, in an answer, a store failure that lasts until an
+// operator acts: a Redis out of memory refuses every change until it gets
+// memory or an eviction policy, where a timeout or a reset passes.
+func storeCause(err error) string {
+	if errors.Is(err, window.ErrStoreOutOfMemory) {
+		return " (Redis is out of memory: at its maxmemory, evicting nothing)"
+	}
+	return ""
 }
 
 func windowState(w *Window, st window.State) *WindowState {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+
+	"github.com/quantumnode/qn-admission/internal/policyfiles"
 )
 
 //go:embed bundle
@@ -26,25 +28,12 @@ func Bundled() fs.FS {
 // copies in "..data"-style folders).
 func ReadModules(fsys fs.FS) ([]Module, error) {
 	var mods []Module
-	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if path != "." && strings.HasPrefix(d.Name(), ".") {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".rego") {
-			return nil
-		}
-		src, err := fs.ReadFile(fsys, path)
-		if err != nil {
-			return fmt.Errorf("read policy %s: %w", path, err)
-		}
+	err := policyfiles.Walk(fsys, func(path string) bool { return strings.HasSuffix(path, ".rego") }, func(path string, src []byte) error {
 		mods = append(mods, Module{Path: path, Source: string(src)})
 		return nil
 	})
+	if err != nil {
+		err = fmt.Errorf("read policy: %w", err)
+	}
 	return mods, err
 }

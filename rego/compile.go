@@ -47,6 +47,9 @@ type Compiled struct {
 	reads    *inputReads
 	// data is the data document as a Rego value, for planned evaluation.
 	data ast.Value
+	// inventory is what the inventory's evaluations and analyses keep
+	// (inventory.go).
+	inventory compiledInventory
 	// evalModeMu serializes what flips the compiler's evaluation mode:
 	// planning a query (rego sets the IR mode on the shared compiler) and
 	// preparing a topdown query after it.
@@ -88,6 +91,9 @@ func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compi
 	if data == nil {
 		data = map[string]any{}
 	}
+	if err := reserveInventory(parsed, data); err != nil {
+		return nil, fmt.Errorf("compile policies: %w", err)
+	}
 	dataValue, err := ast.InterfaceToValue(data)
 	if err != nil {
 		return nil, fmt.Errorf("policy data: %w", err)
@@ -98,7 +104,7 @@ func Compile(modules []Module, data map[string]any, opts CompileOptions) (*Compi
 	}
 	return &Compiled{
 		compiler: compiler,
-		store:    inmem.NewFromObject(data),
+		store:    inventoryStore{inmem.NewFromObject(data)},
 		modules:  parsed,
 		packages: packages,
 		opts:     opts,

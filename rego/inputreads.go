@@ -20,10 +20,16 @@ import (
 type directReads struct {
 	input [][]string
 	data  []ast.Ref
+	// exists are references into data.inventory that stand alone as an
+	// expression: a test that a stored object (or a kind of them) exists,
+	// which reads none of its fields.
+	exists []ast.Ref
 }
 
 // readsOfRule walks one compiled rule: its head, its body and its else
-// chain.
+// chain. Aliases of data.inventory's documents are followed the same way,
+// so a stored object's fields read through a variable are known
+// (InventoryReads).
 //
 // The compiler moves a reference used as an argument into a local variable
 // (__local1__ = input.request; object.get(__local1__, ["object", "spec"],
@@ -62,7 +68,7 @@ func readsOfRule(rule *ast.Rule) directReads {
 		if !isVar || r == nil {
 			return false
 		}
-		if r = resolve(r); r.HasPrefix(ast.InputRootRef) {
+		if r = resolve(r); r.HasPrefix(ast.InputRootRef) || r.HasPrefix(inventoryRef) {
 			alias[v] = r
 			aliasExprs[e] = true
 		}
@@ -95,7 +101,7 @@ func readsOfRule(rule *ast.Rule) directReads {
 			return false
 		}
 		keys, ok := constantKeys(call[2])
-		if !ok || !base.HasPrefix(ast.InputRootRef) {
+		if !ok || !base.HasPrefix(ast.InputRootRef) && !base.HasPrefix(inventoryRef) {
 			return false
 		}
 		record(base.Concat(keys))
@@ -121,6 +127,17 @@ func readsOfRule(rule *ast.Rule) directReads {
 			}
 			if call, ok := x.Terms.([]*ast.Term); ok && x.IsCall() {
 				return objectGet(call)
+			}
+			if t, ok := x.Terms.(*ast.Term); ok {
+				if r := asRef(t); r != nil {
+					if r = resolve(r); r.HasPrefix(inventoryRef) {
+						out.exists = append(out.exists, r)
+						for _, t := range r[1:] {
+							visitor.Walk(t)
+						}
+						return true
+					}
+				}
 			}
 		case ast.Call:
 			return objectGet(x)

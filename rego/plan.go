@@ -72,13 +72,18 @@ func (c *Compiled) planProgram(query string) (*planeval.Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
-	return planeval.NewWithCapabilities(policy, planQueryName, c.data, c.compiler.Capabilities())
+	prog, err := planeval.NewWithCapabilities(policy, planQueryName, c.data, c.compiler.Capabilities())
+	if err != nil {
+		return nil, err
+	}
+	prog.ShareAcrossEvaluations(c.sharedRule)
+	return prog, nil
 }
 
 // evalPlanned evaluates the planned program; its one result is an object
 // with a member per output variable.
 func (q *Query) evalPlanned(ctx context.Context, program *planeval.Program, input ast.Value, bounds planeval.Bounds) (map[string]any, error) {
-	results, _, err := program.EvalBounded(ctx, input, bounds)
+	results, _, err := program.EvalBoundedData(ctx, input, q.planData(ctx), bounds)
 	if err != nil {
 		return nil, err
 	}

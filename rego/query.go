@@ -70,6 +70,10 @@ type Query struct {
 	program func() (*planeval.Program, error)
 	// outputKeys are the outputs' variable names as keys of a planned result.
 	outputKeys []*ast.Term
+	// set is the compiled set the query belongs to; inventory says the
+	// query may read data.inventory (inventory.go).
+	set       *Compiled
+	inventory bool
 }
 
 // compiledQuery is a query compiled against the policy set, with what a
@@ -136,7 +140,12 @@ func (c *Compiled) prepareBindings(packages []string, query string, outputs []ou
 			oparego.StrictBuiltinErrors(true),
 		).PrepareForEval(context.Background())
 	})
-	q := &Query{packages: packages, prepared: prepared, timeout: timeout, outputs: outputs, compiled: cq}
+	q := &Query{packages: packages, prepared: prepared, timeout: timeout, outputs: outputs, compiled: cq, set: c}
+	roots := make([]ast.Ref, 0, len(outputs))
+	for _, out := range outputs {
+		roots = append(roots, ast.MustParseRef("data."+out.pkg+"."+out.rule))
+	}
+	q.inventory = c.reachesInventory(roots)
 	for _, out := range outputs {
 		q.outputKeys = append(q.outputKeys, ast.StringTerm(out.variable))
 	}

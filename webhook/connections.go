@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"container/list"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -259,7 +258,7 @@ func (c *pooledConn) handshakeExpired() {
 // connState follows the http.Server's view of each connection; it is the
 // server's ConnState hook.
 func (p *connPool) connState(nc net.Conn, state http.ConnState) {
-	if tc, ok := nc.(*tls.Conn); ok {
+	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok { // TLS, answering or not
 		nc = tc.NetConn()
 	}
 	c, ok := nc.(*pooledConn)

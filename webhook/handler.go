@@ -455,9 +455,21 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 				answerPanic(h.opts.Logger, c, uid, p)
 			}
 		}()
-		answer, in, d := answerDecoded(tr.ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
+		// A caller that reset or closed the connection once it had sent
+		// the review reads no answer: it is not judged, and takes no slot
+		// of its rate window (the engine asks again before counting).
+		if err := callerGone(c.Request.Context()); err != nil {
+			h.abandoned(c.Request, webhook, "judging", rev.Request, err)
+			return
+		}
+		ctx := policies.WithCaller(tr.ctx, func() error { return callerGone(c.Request.Context()) })
+		answer, in, d := answerDecoded(ctx, h.decider, rev.Request, objs, path, h.opts.Clock.Now())
 		release()
 		release = nil
+		if d.CallerGone {
+			h.abandoned(c.Request, webhook, "counting", rev.Request, errors.New(d.Message))
+			return
+		}
 		step = tr.step("encode")
 		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.AnswerWriteTimeout))
 		err := writeReview(c.Writer, http.StatusOK, answer)
@@ -470,6 +482,18 @@ func (h *handler) serve(path policies.Path) gin.HandlerFunc {
 		h.log(c.Request, webhook, in, d, elapsed)
 		tr.end(in, d, http.StatusOK)
 	}
+}
+
+// abandoned logs and counts a review not judged because its caller went
+// away at stage; nothing is written back.
+func (h *handler) abandoned(r *http.Request, webhook, stage string, req *admissionv1.AdmissionRequest, why error) {
+	if m := h.opts.Metrics; m != nil {
+		m.abandoned.WithLabelValues(webhook, stage).Inc()
+	}
+	h.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "review not judged: its caller went away",
+		slog.String("webhook", webhook), slog.String("stage", stage), slog.String("uid", field(string(req.UID))),
+		slog.String("user", field(req.UserInfo.Username)), slog.String("operation", string(req.Operation)),
+		slog.String("remote", r.RemoteAddr), slog.String("reason", why.Error()))
 }
 
 // stalled counts an answer its caller did not take within the answer

@@ -9,6 +9,8 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
+	// abandoned counts reviews not judged because their caller went away.
+	abandoned *prometheus.CounterVec
 }
 
 // NewMetrics registers the webhook's series on reg.
@@ -29,7 +31,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "qn_admission_requests_in_flight",
 			Help: "Admission requests being handled now, by webhook.",
 		}, []string{"webhook"}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qn_admission_abandoned_reviews_total",
+			Help: "Reviews read whole but not judged, because their caller reset or closed the connection first, by webhook and stage (judging: before the policies ran; counting: before the change took a rate-window slot). None is in qn_admission_requests_total.",
+		}, []string{"webhook", "stage"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.inFlight)
+	reg.MustRegister(m.requests, m.latency, m.inFlight, m.abandoned)
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +95,9 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          newThrottledErrorLog(s.Logger, serverLogBurst, serverLogInterval),
+		// The connection rides in each request's context, so a review whose
+		// caller reset it is not judged (callerGone).
+		ConnContext: withConn,
 	}
 	admission.ConnState = func(c net.Conn, state http.ConnState) {
 		switch state {
@@ -110,7 +114,15 @@ func (s *Server) Serve(ctx context.Context, admissionLn, probeLn net.Listener) e
 	probe := &http.Server{Handler: probes, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
 
 	errs := make(chan error, 2)
-	go func() { errs <- serveErr("admission", admission.ServeTLS(admissionLn, "", "")) }()
+	// TLS is served here rather than by ServeTLS so each connection can
+	// be wrapped: net/http's plain-text refusals of requests it cannot
+	// read leave as AdmissionReviews (unreadable.go).
+	tlsConfig := s.TLSConfig.Clone()
+	if !slices.Contains(tlsConfig.NextProtos, "http/1.1") {
+		tlsConfig.NextProtos = append(tlsConfig.NextProtos, "http/1.1")
+	}
+	answering := &answeringListener{Listener: tls.NewListener(admissionLn, tlsConfig), errorLog: admission.ErrorLog}
+	go func() { errs <- serveErr("admission", admission.Serve(answering)) }()
 	go func() { errs <- serveErr("probe", probe.Serve(probeLn)) }()
 	s.Logger.Info("serving admission webhooks",
 		"address", admissionLn.Addr().String(), "paths", []string{pathValidate, pathMutate},

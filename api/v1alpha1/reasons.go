@@ -19,6 +19,11 @@ const (
 	ReasonNodeArchUnknown = "NodeArchUnknown"
 	// ReasonNodeNotReady: the Node matches but its Ready condition is not True.
 	ReasonNodeNotReady = "NodeNotReady"
+	// ReasonNodeClaimed: another QuantumNode, created earlier, names the
+	// same Node in spec.nodeName; one Node backs one QuantumNode. The
+	// admission rule qn.nodeclaim refuses such a claim, but two creates
+	// at the same moment can both pass it.
+	ReasonNodeClaimed = "NodeClaimed"
 
 	// ReasonServiceExposed: the Service exposes every declared port.
 	ReasonServiceExposed = "ServiceExposed"
@@ -71,4 +76,7 @@ const (
 	// EventAmbiguousNode: several Nodes carry the qn.dev/node label of one
 	// QuantumNode; the first by name is used.
 	EventAmbiguousNode = "AmbiguousNode"
+	// EventDuplicateNodeClaim: the QuantumNode claims a Node another,
+	// earlier QuantumNode claims (NodeMatched is False, NodeClaimed).
+	EventDuplicateNodeClaim = "DuplicateNodeClaim"
 )

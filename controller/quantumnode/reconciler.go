@@ -143,6 +143,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Service{}, foreignServiceHandler(r.Client)).
 		Watches(&corev1.Node{}, nodeHandler(r.Client), builder.WithPredicates(nodeFactsChanged())).
+		Watches(&qnv1alpha1.QuantumNode{}, claimHandler(r.Client)).
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)})
 	if err := r.rollout.Watch(r.heal.Watch(b)).Complete(r); err != nil {
 		return fmt.Errorf("build the quantumnode controller: %w", err)
@@ -187,8 +188,17 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
+	claimant, err := r.nodes.earlierClaimant(ctx, qn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
 	now := metav1.NewTime(r.Clock.Now())
 	status := computeStatus(qn, node, svc, now)
+	if claimant != nil {
+		markClaimed(&status, qn, claimant, now)
+		r.nodes.reportClaim(qn, claimant)
+	}
 	if b := status.Binding; b != nil && (node == nil || b.NodeName != node.Name) {
 		// The spec or the label moved on since the Reschedule (or the new
 		// Node is gone): they win.

@@ -155,168 +155,226 @@ func StageConditions(spec *qnv1alpha1.HorizontalQNScalerSpec, status *qnv1alpha1
 
 // Decide applies the rule. It is a pure function of its input, so every
 // rule is pinned by a table test and qnctl explains a scaler offline with
-// the very code the controller runs.
+// the very code the controller runs. It goes by phases: a paused scaler
+// decides nothing; then what this poll observed is noted (observe); a
+// target without replicas, a metric gone long enough for the fallback, a
+// staged scale-up in progress and a metric unavailable are answered before
+// the rule (beforeTheRule); a target outside its bounds is brought inside
+// (bounds); then the thresholds decide (rule).
 func Decide(in Input) Decision {
-	spec, st := in.Spec, in.Status
-	cur := in.Replicas
-	prev := Memory{
+	st := in.Status
+	p := &poll{in: in, spec: in.Spec, cur: in.Replicas, now: metav1.NewTime(in.Now), prev: Memory{
 		LastScaleTime: st.LastScaleTime, LastScaleUpTime: st.LastScaleUpTime,
 		BelowLowerSince: st.BelowLowerSince, MetricFailures: st.MetricFailures, Stage: st.Stage,
-	}
-	hold := func(reason string) Decision {
-		return Decision{Action: qnv1alpha1.ActionHold, Replicas: cur, Reason: reason, Next: prev, Observed: prev}
-	}
+	}}
 	if in.Paused {
-		d := hold(fmt.Sprintf("paused by annotation (%s or %s): the target keeps %d replicas", qnv1alpha1.PausedAnnotation, qnv1alpha1.KEDAPausedAnnotation, cur))
+		d := p.holdRemembering(p.prev, fmt.Sprintf("paused by annotation (%s or %s): the target keeps %d replicas", qnv1alpha1.PausedAnnotation, qnv1alpha1.KEDAPausedAnnotation, p.cur))
 		d.Action, d.Disabled = qnv1alpha1.ActionNone, qnv1alpha1.ScalerReasonPaused
 		return d
 	}
-
-	// What this poll observed, whatever is decided.
-	now := metav1.NewTime(in.Now)
-	observed := prev
-	upper := spec.Thresholds.Upper.AsApproximateFloat64()
-	lower := spec.Thresholds.Lower.AsApproximateFloat64()
-	if in.Metric.Err != nil {
-		observed.MetricFailures = prev.MetricFailures + 1
-		observed.BelowLowerSince = nil
-	} else {
-		observed.MetricFailures = 0
-		switch {
-		case in.Metric.Value >= lower:
-			observed.BelowLowerSince = nil
-		case prev.BelowLowerSince == nil:
-			observed.BelowLowerSince = &now
-		}
-	}
-	hold = func(reason string) Decision {
-		return Decision{Action: qnv1alpha1.ActionHold, Replicas: cur, Reason: reason, Next: observed, Observed: observed}
-	}
-	// scaled is the memory after a write to replicas.
-	scaled := func(replicas int32, stage *qnv1alpha1.ScalerStageStatus) Memory {
-		m := observed
-		m.Stage = stage
-		if replicas != cur {
-			m.LastScaleTime = &now
-			if replicas > cur {
-				m.LastScaleUpTime = &now
-			}
-		}
-		return m
-	}
-
-	if cur == 0 {
-		d := hold("the target has 0 replicas: scaling is off, as for the HorizontalPodAutoscaler, until it has at least 1")
-		d.Action, d.Disabled = qnv1alpha1.ActionNone, qnv1alpha1.ScalerReasonScalingDisabled
-		d.Next.Stage, d.Observed.Stage = nil, nil
+	p.observed = p.observe()
+	if d, decided := p.beforeTheRule(); decided {
 		return d
 	}
+	if d, decided := p.bounds(); decided {
+		return d
+	}
+	return p.rule()
+}
 
-	if in.Metric.Err != nil && spec.Fallback != nil && observed.MetricFailures >= spec.Fallback.FailureThreshold {
+// poll is one Decide call: its input, what the scaler remembered from the
+// polls before (prev) and what this poll observed, whatever is decided.
+type poll struct {
+	in             Input
+	spec           *qnv1alpha1.HorizontalQNScalerSpec
+	cur            int32
+	now            metav1.Time
+	prev, observed Memory
+}
+
+// observe is the memory this poll leaves, whatever is decided: the
+// metric's failures in a row, and since when it is below the lower
+// threshold.
+func (p *poll) observe() Memory {
+	observed := p.prev
+	if p.in.Metric.Err != nil {
+		observed.MetricFailures = p.prev.MetricFailures + 1
+		observed.BelowLowerSince = nil
+		return observed
+	}
+	observed.MetricFailures = 0
+	switch {
+	case p.in.Metric.Value >= p.spec.Thresholds.Lower.AsApproximateFloat64():
+		observed.BelowLowerSince = nil
+	case p.prev.BelowLowerSince == nil:
+		observed.BelowLowerSince = &p.now
+	}
+	return observed
+}
+
+// hold keeps the replicas, remembering what this poll observed.
+func (p *poll) hold(reason string) Decision {
+	return p.holdRemembering(p.observed, reason)
+}
+
+func (p *poll) holdRemembering(m Memory, reason string) Decision {
+	return Decision{Action: qnv1alpha1.ActionHold, Replicas: p.cur, Reason: reason, Next: m, Observed: m}
+}
+
+// scaled is the memory after a write to replicas.
+func (p *poll) scaled(replicas int32, stage *qnv1alpha1.ScalerStageStatus) Memory {
+	m := p.observed
+	m.Stage = stage
+	if replicas != p.cur {
+		m.LastScaleTime = &p.now
+		if replicas > p.cur {
+			m.LastScaleUpTime = &p.now
+		}
+	}
+	return m
+}
+
+// beforeTheRule answers what the thresholds cannot judge: a target with
+// no replicas, a metric unavailable (long enough for the fallback, or
+// not), and a staged scale-up in progress, which decideStage follows.
+func (p *poll) beforeTheRule() (Decision, bool) {
+	spec, cur, err := p.spec, p.cur, p.in.Metric.Err
+	if cur == 0 {
+		d := p.hold("the target has 0 replicas: scaling is off, as for the HorizontalPodAutoscaler, until it has at least 1")
+		d.Action, d.Disabled = qnv1alpha1.ActionNone, qnv1alpha1.ScalerReasonScalingDisabled
+		d.Next.Stage, d.Observed.Stage = nil, nil
+		return d, true
+	}
+	if err != nil && spec.Fallback != nil && p.observed.MetricFailures >= spec.Fallback.FailureThreshold {
 		to := spec.Fallback.Replicas
 		reason := fmt.Sprintf("%s unavailable for %d polls in a row (%v): fallback to %d replicas (%s)",
-			MetricNoun(spec), observed.MetricFailures, in.Metric.Err, to, arrow(cur, to))
-		if st.Stage != nil {
+			MetricNoun(spec), p.observed.MetricFailures, err, to, arrow(cur, to))
+		if p.in.Status.Stage != nil {
 			reason += "; the staged scale-up in progress is dropped"
 		}
-		return Decision{Action: qnv1alpha1.ActionFallback, Replicas: to, Reason: reason, Next: scaled(to, nil), Observed: observed}
+		return Decision{Action: qnv1alpha1.ActionFallback, Replicas: to, Reason: reason, Next: p.scaled(to, nil), Observed: p.observed}, true
 	}
-
-	if st.Stage != nil {
-		return decideStage(in, observed, scaled, hold)
+	if p.in.Status.Stage != nil {
+		return decideStage(p.in, p.observed, p.scaled, p.hold), true
 	}
-
-	if in.Metric.Err != nil {
+	if err != nil {
 		if spec.Fallback != nil {
-			return hold(fmt.Sprintf("%s unavailable (%v): holding %d replicas; fallback to %d after %d failed polls in a row (%d so far)",
-				MetricNoun(spec), in.Metric.Err, cur, spec.Fallback.Replicas, spec.Fallback.FailureThreshold, observed.MetricFailures))
+			return p.hold(fmt.Sprintf("%s unavailable (%v): holding %d replicas; fallback to %d after %d failed polls in a row (%d so far)",
+				MetricNoun(spec), err, cur, spec.Fallback.Replicas, spec.Fallback.FailureThreshold, p.observed.MetricFailures)), true
 		}
-		return hold(fmt.Sprintf("%s unavailable (%v): holding %d replicas (no fallback set)", MetricNoun(spec), in.Metric.Err, cur))
+		return p.hold(fmt.Sprintf("%s unavailable (%v): holding %d replicas (no fallback set)", MetricNoun(spec), err, cur)), true
 	}
+	return Decision{}, false
+}
 
-	// Bounds first: a target outside them is brought inside at once.
+// bounds brings a target outside [minReplicas, maxReplicas] inside at
+// once, before the rule.
+func (p *poll) bounds() (Decision, bool) {
+	spec, cur := p.spec, p.cur
 	if cur < spec.MinReplicas {
 		to := spec.MinReplicas
 		return Decision{Action: qnv1alpha1.ActionScaleUp, Replicas: to,
-			Reason: fmt.Sprintf("%d replicas is below minReplicas %d: %s", cur, to, arrow(cur, to)), Next: scaled(to, nil), Observed: observed}
+			Reason: fmt.Sprintf("%d replicas is below minReplicas %d: %s", cur, to, arrow(cur, to)), Next: p.scaled(to, nil), Observed: p.observed}, true
 	}
 	if cur > spec.MaxReplicas {
 		to := spec.MaxReplicas
 		return Decision{Action: qnv1alpha1.ActionScaleDown, Replicas: to,
-			Reason: fmt.Sprintf("%d replicas is above maxReplicas %d: %s", cur, to, arrow(cur, to)), Next: scaled(to, nil), Observed: observed}
+			Reason: fmt.Sprintf("%d replicas is above maxReplicas %d: %s", cur, to, arrow(cur, to)), Next: p.scaled(to, nil), Observed: p.observed}, true
 	}
+	return Decision{}, false
+}
 
-	value := in.Metric.Text
+// rule compares the value with the thresholds: above the upper one a
+// scale-up (staged when stages are set), below the lower one a scale-down
+// once the stabilization window has passed, between them a hold.
+func (p *poll) rule() Decision {
+	upper := p.spec.Thresholds.Upper.AsApproximateFloat64()
+	lower := p.spec.Thresholds.Lower.AsApproximateFloat64()
+	value := p.in.Metric.Text
 	if value == "" {
-		value = FormatNumber(in.Metric.Value)
+		value = FormatNumber(p.in.Metric.Value)
 	}
-	value = figure(spec) + " " + value
+	value = figure(p.spec) + " " + value
 	switch {
-	case in.Metric.Value > upper:
-		above := fmt.Sprintf("%s > upper %s", value, FormatNumber(upper))
-		if cur >= spec.MaxReplicas {
-			d := hold(fmt.Sprintf("%s, but the target is at maxReplicas %d", above, spec.MaxReplicas))
-			d.Limit, d.LimitMessage = LimitTooMany, fmt.Sprintf("the rule asks for more than maxReplicas %d", spec.MaxReplicas)
-			return d
-		}
-		if until, waiting := cooldownEnds(prev.LastScaleUpTime, *spec.ScaleUpCooldownSeconds, in.Now); waiting {
-			return hold(fmt.Sprintf("%s, but the scale-up cooldown of %ds runs until %s (%s left): holding %d replicas",
-				above, *spec.ScaleUpCooldownSeconds, until.UTC().Format(time.RFC3339), seconds(until.Sub(in.Now)), cur))
-		}
-		want := cur + spec.ScaleUpStep
-		to := min(want, spec.MaxReplicas)
-		d := Decision{Action: qnv1alpha1.ActionScaleUp, Replicas: to, Observed: observed}
-		if to < want {
-			d.Limit, d.LimitMessage = LimitTooMany, fmt.Sprintf("+%d would pass maxReplicas %d", spec.ScaleUpStep, spec.MaxReplicas)
-		}
-		plan := stagePlan(spec.Stages, cur, to)
-		if len(plan) == 0 {
-			d.Reason = fmt.Sprintf("%s: %s (%s)", above, plusReplicas(to-cur), arrow(cur, to))
-			if d.Limit != LimitNone {
-				d.Reason += fmt.Sprintf(", held at maxReplicas %d", spec.MaxReplicas)
-			}
-			d.Next = scaled(to, nil)
-			return d
-		}
-		first := plan[0]
-		stage := &qnv1alpha1.ScalerStageStatus{Index: 1, Count: int32(len(plan)), BaseReplicas: cur, TargetReplicas: to, Replicas: first, StartTime: now}
-		d.Replicas = first
-		d.Reason = fmt.Sprintf("%s: %s in stages (%s); stage 1 of %d: %s, observed %ds",
-			above, plusReplicas(to-cur), arrow(cur, to), len(plan), arrow(cur, first), spec.Stages[0].ObserveSeconds)
-		d.Next = scaled(first, stage)
-		return d
+	case p.in.Metric.Value > upper:
+		return p.above(fmt.Sprintf("%s > upper %s", value, FormatNumber(upper)))
+	case p.in.Metric.Value < lower:
+		return p.below(fmt.Sprintf("%s < lower %s", value, FormatNumber(lower)))
+	}
+	return p.hold(fmt.Sprintf("%s within [lower %s, upper %s]: holding %d replicas", value, FormatNumber(lower), FormatNumber(upper), p.cur))
+}
 
-	case in.Metric.Value < lower:
-		below := fmt.Sprintf("%s < lower %s", value, FormatNumber(lower))
-		if cur <= spec.MinReplicas {
-			d := hold(fmt.Sprintf("%s, but the target is at minReplicas %d", below, spec.MinReplicas))
-			d.Limit, d.LimitMessage = LimitTooFew, fmt.Sprintf("the rule asks for fewer than minReplicas %d", spec.MinReplicas)
-			return d
-		}
-		window := time.Duration(*spec.StabilizationWindowSeconds) * time.Second
-		since := observed.BelowLowerSince.Time
-		if prev.LastScaleTime != nil && prev.LastScaleTime.After(since) {
-			since = prev.LastScaleTime.Time
-		}
-		if waited := in.Now.Sub(since); waited < window {
-			counted := "since it went below"
-			if since != observed.BelowLowerSince.Time {
-				counted = "since the last scaling"
-			}
-			return hold(fmt.Sprintf("%s for %s %s; a scale-down waits for the %ds stabilization window (%s left): holding %d replicas",
-				below, seconds(waited), counted, *spec.StabilizationWindowSeconds, seconds(window-waited), cur))
-		}
-		want := cur - spec.ScaleDownStep
-		to := max(want, spec.MinReplicas)
-		d := Decision{Action: qnv1alpha1.ActionScaleDown, Replicas: to, Observed: observed, Next: scaled(to, nil),
-			Reason: fmt.Sprintf("%s for %s: %s (%s)", below, seconds(in.Now.Sub(observed.BelowLowerSince.Time)), minusReplicas(cur-to), arrow(cur, to))}
-		if to > want {
-			d.Limit, d.LimitMessage = LimitTooFew, fmt.Sprintf("-%d would pass minReplicas %d", spec.ScaleDownStep, spec.MinReplicas)
-			d.Reason += fmt.Sprintf(", held at minReplicas %d", spec.MinReplicas)
-		}
+// above decides for a value over the upper threshold (said by above):
+// held at maxReplicas or in the scale-up cooldown, else up by one step,
+// in stages when the spec has them.
+func (p *poll) above(above string) Decision {
+	spec, cur := p.spec, p.cur
+	if cur >= spec.MaxReplicas {
+		d := p.hold(fmt.Sprintf("%s, but the target is at maxReplicas %d", above, spec.MaxReplicas))
+		d.Limit, d.LimitMessage = LimitTooMany, fmt.Sprintf("the rule asks for more than maxReplicas %d", spec.MaxReplicas)
 		return d
 	}
-	return hold(fmt.Sprintf("%s within [lower %s, upper %s]: holding %d replicas", value, FormatNumber(lower), FormatNumber(upper), cur))
+	if until, waiting := cooldownEnds(p.prev.LastScaleUpTime, *spec.ScaleUpCooldownSeconds, p.in.Now); waiting {
+		return p.hold(fmt.Sprintf("%s, but the scale-up cooldown of %ds runs until %s (%s left): holding %d replicas",
+			above, *spec.ScaleUpCooldownSeconds, until.UTC().Format(time.RFC3339), seconds(until.Sub(p.in.Now)), cur))
+	}
+	want := cur + spec.ScaleUpStep
+	to := min(want, spec.MaxReplicas)
+	d := Decision{Action: qnv1alpha1.ActionScaleUp, Replicas: to, Observed: p.observed}
+	if to < want {
+		d.Limit, d.LimitMessage = LimitTooMany, fmt.Sprintf("+%d would pass maxReplicas %d", spec.ScaleUpStep, spec.MaxReplicas)
+	}
+	plan := stagePlan(spec.Stages, cur, to)
+	if len(plan) == 0 {
+		d.Reason = fmt.Sprintf("%s: %s (%s)", above, plusReplicas(to-cur), arrow(cur, to))
+		if d.Limit != LimitNone {
+			d.Reason += fmt.Sprintf(", held at maxReplicas %d", spec.MaxReplicas)
+		}
+		d.Next = p.scaled(to, nil)
+		return d
+	}
+	first := plan[0]
+	stage := &qnv1alpha1.ScalerStageStatus{Index: 1, Count: int32(len(plan)), BaseReplicas: cur, TargetReplicas: to, Replicas: first, StartTime: p.now}
+	d.Replicas = first
+	d.Reason = fmt.Sprintf("%s: %s in stages (%s); stage 1 of %d: %s, observed %ds",
+		above, plusReplicas(to-cur), arrow(cur, to), len(plan), arrow(cur, first), spec.Stages[0].ObserveSeconds)
+	d.Next = p.scaled(first, stage)
+	return d
+}
+
+// below decides for a value under the lower threshold (said by below):
+// held at minReplicas or until the stabilization window has passed since
+// it went below (or since the last scaling, if later), else down by one
+// step.
+func (p *poll) below(below string) Decision {
+	spec, cur := p.spec, p.cur
+	if cur <= spec.MinReplicas {
+		d := p.hold(fmt.Sprintf("%s, but the target is at minReplicas %d", below, spec.MinReplicas))
+		d.Limit, d.LimitMessage = LimitTooFew, fmt.Sprintf("the rule asks for fewer than minReplicas %d", spec.MinReplicas)
+		return d
+	}
+	window := time.Duration(*spec.StabilizationWindowSeconds) * time.Second
+	since := p.observed.BelowLowerSince.Time
+	if p.prev.LastScaleTime != nil && p.prev.LastScaleTime.After(since) {
+		since = p.prev.LastScaleTime.Time
+	}
+	if waited := p.in.Now.Sub(since); waited < window {
+		counted := "since it went below"
+		if since != p.observed.BelowLowerSince.Time {
+			counted = "since the last scaling"
+		}
+		return p.hold(fmt.Sprintf("%s for %s %s; a scale-down waits for the %ds stabilization window (%s left): holding %d replicas",
+			below, seconds(waited), counted, *spec.StabilizationWindowSeconds, seconds(window-waited), cur))
+	}
+	want := cur - spec.ScaleDownStep
+	to := max(want, spec.MinReplicas)
+	d := Decision{Action: qnv1alpha1.ActionScaleDown, Replicas: to, Observed: p.observed, Next: p.scaled(to, nil),
+		Reason: fmt.Sprintf("%s for %s: %s (%s)", below, seconds(p.in.Now.Sub(p.observed.BelowLowerSince.Time)), minusReplicas(cur-to), arrow(cur, to))}
+	if to > want {
+		d.Limit, d.LimitMessage = LimitTooFew, fmt.Sprintf("-%d would pass minReplicas %d", spec.ScaleDownStep, spec.MinReplicas)
+		d.Reason += fmt.Sprintf(", held at minReplicas %d", spec.MinReplicas)
+	}
+	return d
 }
 
 // figure is what reasons call the value: qnMetric.name, else "value".

@@ -41,6 +41,9 @@ type Options struct {
 	// Clock is where the debounce and poll timers come from, so tests can
 	// step time. Default the real clock.
 	Clock clock.WithTicker
+	// Include names the files whose content counts (FingerprintOf); a
+	// change to any other file is no change. Default every file.
+	Include Include
 	// OnLook, when set, is told the outcome of every look at the
 	// directory: the error when it could not be read (deleted, replaced by
 	// a file, unreadable), nil when it could. A deleted directory calls no
@@ -58,6 +61,9 @@ type Watcher struct {
 	// last is the fingerprint of the content the caller holds ("" when it
 	// could not be taken). Only Run touches it after New.
 	last string
+	// fingerprints remembers the directory's listings between looks. Only
+	// New and Run touch it.
+	fingerprints *Fingerprinter
 	// failing: the last look failed; logged once per streak.
 	failing bool
 
@@ -100,7 +106,8 @@ func New(dir string, opts Options) *Watcher {
 		log:         opts.Logger.With("policyDir", dir),
 		newNotifier: fsnotify.NewWatcher,
 	}
-	w.last, _ = Fingerprint(dir) // a missing directory is "": any content is new
+	w.fingerprints = NewFingerprinter(opts.Include)
+	w.last, _ = w.fingerprints.Fingerprint(dir) // a missing directory is "": any content is new
 	return w
 }
 
@@ -138,7 +145,7 @@ func (w *Watcher) Run(ctx context.Context, onChange func(ctx context.Context)) e
 
 // look fingerprints the directory and reports a change to onChange.
 func (w *Watcher) look(ctx context.Context, onChange func(context.Context)) error {
-	fp, err := Fingerprint(w.dir)
+	fp, err := w.fingerprints.Fingerprint(w.dir)
 	if err != nil {
 		if !w.failing {
 			w.log.Warn("cannot read the policy directory; keeping the current policies and retrying", "error", err)

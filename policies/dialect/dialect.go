@@ -15,7 +15,9 @@ package dialect
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 
@@ -123,6 +125,15 @@ type Reader interface {
 	Read(docs []Document) ([]Policy, []*problem.Problem)
 }
 
+// ParamsReader is a Reader whose policies take parameters from other
+// documents of the directory (a ValidatingAdmissionPolicy's paramKind,
+// any kind): it is handed, besides the documents of its kinds, every
+// document of the directory no reader takes and no policy API declares.
+type ParamsReader interface {
+	Reader
+	ReadWithParams(docs, others []Document) ([]Policy, []*problem.Problem)
+}
+
 // PolicyGroups are the API groups of policy documents: a document of one of
 // these groups that no reader takes is a load error, never ignored.
 var PolicyGroups = []string{"kyverno.io", "policies.kyverno.io", "admissionregistration.k8s.io", "templates.gatekeeper.sh", "constraints.gatekeeper.sh"}
@@ -162,4 +173,56 @@ func scalarChild(m *yaml.Node, key string) string {
 		}
 	}
 	return ""
+}
+
+// Verdict is one rule's verdict on one request, for explanations.
+type Verdict struct {
+	Rule string
+	// Status is pass, fail, skip or error.
+	Status  string
+	Message string
+	// Warn: a failure only warns.
+	Warn bool
+	// Line is where the rule is declared.
+	Line int
+}
+
+// Explainer is a Policy that can say what each of its rules made of a
+// request, those that held included; a rule that does not apply to the
+// request has no verdict.
+type Explainer interface {
+	Verdicts(ctx context.Context, req *Request) []Verdict
+}
+
+// JSONValue turns what yaml.v3 decodes into what encoding/json marshals:
+// maps with non-string keys become maps of their keys' text. It changes v
+// in place.
+func JSONValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = JSONValue(e)
+		}
+		return x
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[fmt.Sprint(k)] = JSONValue(e)
+		}
+		return m
+	case []any:
+		for i, e := range x {
+			x[i] = JSONValue(e)
+		}
+	}
+	return v
+}
+
+// JSON is the document as JSON, for a strict decode into its Go type.
+func (d Document) JSON() ([]byte, error) {
+	var v any
+	if err := d.Node.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(JSONValue(v))
 }

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/quantumnode/qn-admission/internal/policyfiles"
 	"github.com/quantumnode/qn-admission/internal/problem"
 	"go.yaml.in/yaml/v3"
 )
@@ -106,28 +107,13 @@ type File struct {
 // ReadFiles returns every pattern policy file in fsys, sorted by path.
 func ReadFiles(fsys fs.FS) ([]File, error) {
 	var files []File
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			// Hidden directories are a checkout's or a ConfigMap's machinery
-			// (.git, ..2026_11_22...), never policies.
-			if p != "." && strings.HasPrefix(d.Name(), ".") {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(d.Name(), FileSuffix) {
-			return nil
-		}
-		src, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return fmt.Errorf("read pattern policy %s: %w", p, err)
-		}
+	err := policyfiles.Walk(fsys, func(p string) bool { return strings.HasSuffix(path.Base(p), FileSuffix) }, func(p string, src []byte) error {
 		files = append(files, File{Path: p, Source: src})
 		return nil
 	})
+	if err != nil {
+		err = fmt.Errorf("read pattern policy: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -234,6 +234,11 @@ func (c *compiler) role(name string, r policies.Role) (qnv1alpha1.CompiledRole, 
 // bundled package the compiler knows, unchanged), enforced by the CRD, or
 // left to the webhook.
 func (c *compiler) pkg(path, pkg string, role *policies.Role, conds *qnv1alpha1.RoleConditions, rr *RoleReport) {
+	if c.set.Compiled.PackageReadsInventory(pkg) {
+		rr.add(path+".packages", "Rego package "+pkg, WhereWebhook,
+			"it reads the cluster inventory (data.inventory, other stored objects), which the ValidatingAdmissionPolicy cannot see: its CEL sees only the request")
+		return
+	}
 	tr, known := translations[pkg]
 	if !known {
 		rr.add(path+".packages", "Rego package "+pkg, WhereWebhook, "Rego runs in the webhook; the API server evaluates CEL only")

@@ -140,6 +140,15 @@ func TestTheReportSaysWhereEachRuleIsEnforced(t *testing.T) {
 			want: map[string]vap.Where{"Rego package team.rules": vap.WhereWebhook},
 			why:  map[string]string{"Rego package team.rules": "Rego runs in the webhook"},
 		},
+		"a package that reads the inventory is left to the webhook, which alone sees the cluster": {
+			files: map[string]string{
+				"roles.yaml": strings.Replace(mustRead(t, "roles.yaml"), "packages: [qn.quantumnode, qn.window, qn.mutate.managedby]", "packages: [qn.quantumnode, qn.window, qn.mutate.managedby, team.unique]", 1),
+				"team.rego":  "package team.unique\n\ndeny contains \"taken\" if data.inventory.cluster.v1.Node[input.request.name].metadata.labels.taken\n",
+			},
+			role: "default",
+			want: map[string]vap.Where{"Rego package team.unique": vap.WhereWebhook, "Rego package qn.quantumnode": vap.WhereCRD},
+			why:  map[string]string{"Rego package team.unique": "reads the cluster inventory (data.inventory, other stored objects), which the ValidatingAdmissionPolicy cannot see"},
+		},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

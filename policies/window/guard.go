@@ -249,6 +249,9 @@ func (g *Guard) call(ctx context.Context, op string, f func(context.Context) err
 		return d, nil
 	}
 	reason := "error"
+	if errors.Is(err, ErrStoreOutOfMemory) {
+		reason = "oom"
+	}
 	if isTimeout(err) {
 		reason = "timeout"
 		err = fmt.Errorf("no answer within %s: %w", g.timeout, err)
@@ -272,7 +275,7 @@ func (g *Guard) enter() error {
 		return nil
 	}
 	g.failures++
-	return fmt.Errorf("%w: %s down since %s (%s ago): %v", ErrStoreUnavailable, g.name,
+	return fmt.Errorf("%w: %s down since %s (%s ago): %w", ErrStoreUnavailable, g.name,
 		g.downSince.UTC().Format(time.RFC3339), now.Sub(g.downSince).Round(time.Millisecond), g.lastErr)
 }
 

@@ -27,7 +27,7 @@ func NewStoreMetrics(reg prometheus.Registerer) *StoreMetrics {
 		}, []string{"store", "op"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qn_window_store_errors_total",
-			Help: "Rate window store calls that got no answer, by reason: timeout (no answer within the deadline), error (refused, reset, a script error), down (not tried: the store failed recently and another call is probing it).",
+			Help: "Rate window store calls that got no answer, by reason: timeout (no answer within the deadline), oom (Redis at its maxmemory with an eviction policy that evicts nothing refused to record the change), error (refused, reset, a script error), down (not tried: the store failed recently and another call is probing it).",
 		}, []string{"store", "op", "reason"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qn_window_store_fallbacks_total",

@@ -6,10 +6,12 @@ import (
 	_ "embed" // the Lua scripts
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,10 +31,35 @@ var (
 
 	// Run sends EVALSHA and falls back to EVAL (which caches the script)
 	// when the server does not know it yet, e.g. after a restart.
-	takeScript    = redis.NewScript(takeSource)
-	peekScript    = redis.NewScript(peekSource)
-	releaseScript = redis.NewScript(releaseSource)
+	//
+	// take.lua runs with a shebang on Redis 7 and later: a script declared
+	// so, without allow-oom, is refused whole with an OOM error when Redis
+	// is past its maxmemory, where a script without one (Redis 6's form)
+	// runs and writes on, past the limit, under maxmemory-policy
+	// noeviction. release.lua keeps the old form, so a slot can still be
+	// given back (which frees memory) at the limit; peek.lua writes nothing.
+	takeScript       = redis.NewScript("#!lua\n" + takeSource)
+	legacyTakeScript = redis.NewScript(takeSource)
+	peekScript       = redis.NewScript(peekSource)
+	releaseScript    = redis.NewScript(releaseSource)
 )
+
+// ErrStoreOutOfMemory is wrapped by a Take that Redis refused because it
+// is at its maxmemory and evicts nothing: no change is recorded.
+var ErrStoreOutOfMemory = errors.New("redis is out of memory (used memory is over its maxmemory and its maxmemory-policy evicts nothing), so it records no change; give it more memory or an eviction policy such as volatile-ttl (every window key expires)")
+
+// outOfMemory says whether err is Redis' OOM error reply.
+func outOfMemory(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
+}
+
+// noShebang says whether err is a Redis before 7 refusing take.lua's
+// shebang line.
+func noShebang(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(re.Error(), "Error compiling script") && strings.Contains(re.Error(), "'#'")
+}
 
 // RedisOptions tunes a RedisStore. The zero value is ready to use.
 type RedisOptions struct {
@@ -77,8 +104,9 @@ type RedisStore struct {
 	client redis.Scripter
 	prefix string
 	clk    clock.PassiveClock
-	// take is takeScript; tests swap in its form for Redis before 7.
-	take *redis.Script
+	// take is takeScript, or legacyTakeScript once a Redis before 7
+	// refused the shebang; tests swap in other forms.
+	take atomic.Pointer[redis.Script]
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -90,7 +118,21 @@ func NewRedisStore(client redis.Scripter, opts RedisOptions) *RedisStore {
 	if prefix == "" {
 		prefix = DefaultRedisPrefix
 	}
-	return &RedisStore{client: client, prefix: prefix, clk: opts.Clock, take: takeScript}
+	s := &RedisStore{client: client, prefix: prefix, clk: opts.Clock}
+	s.take.Store(takeScript)
+	return s
+}
+
+// runTake runs take.lua, in Redis 6's form once the server refused the
+// shebang of Redis 7's.
+func (s *RedisStore) runTake(ctx context.Context, keys []string, args ...any) ([]int64, error) {
+	sc := s.take.Load()
+	r, err := sc.Run(ctx, s.client, keys, args...).Int64Slice()
+	if err != nil && sc == takeScript && noShebang(err) {
+		s.take.Store(legacyTakeScript)
+		r, err = legacyTakeScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	}
+	return r, err
 }
 
 // Take implements Store in one round trip. The Receipt's time is when,
@@ -101,10 +143,13 @@ func (s *RedisStore) Take(ctx context.Context, key string, limit Limit, uid stri
 		return Taken{}, err
 	}
 	id, isUID := changeID(uid)
-	r, err := s.take.Run(ctx, s.client, []string{s.redisKey(key)},
-		limit.Count, micros(limit.Period), id, isUID, s.now()).Int64Slice()
+	r, err := s.runTake(ctx, []string{s.redisKey(key)},
+		limit.Count, micros(limit.Period), id, isUID, s.now())
 	if err == nil && len(r) != 4 {
 		err = fmt.Errorf("the script answered %d values, want 4", len(r))
+	}
+	if outOfMemory(err) {
+		return Taken{}, fmt.Errorf("take a slot in rate window %q: %w (%w)", key, ErrStoreOutOfMemory, err)
 	}
 	if err != nil {
 		return Taken{}, fmt.Errorf("take a slot in rate window %q: %w", key, err)
@@ -148,7 +193,10 @@ func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (State, 
 // requests do not each pay an EVAL of the whole script; call it at start.
 // A server restarted later gets them back through Run's EVAL fallback.
 func (s *RedisStore) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{s.take, peekScript, releaseScript} {
+	if err := s.take.Load().Load(ctx, s.client).Err(); noShebang(err) {
+		s.take.Store(legacyTakeScript)
+	}
+	for _, sc := range []*redis.Script{s.take.Load(), peekScript, releaseScript} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("load the rate window scripts into Redis: %w", err)
 		}

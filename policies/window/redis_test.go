@@ -203,7 +203,7 @@ func TestRedisAnswersLikeMemory(t *testing.T) {
 		if withoutVersion == takeSource {
 			t.Fatal("take.lua no longer chooses ZMSCORE by redis.REDIS_VERSION_NUM: update this test")
 		}
-		rs.take = redis.NewScript(withoutVersion)
+		rs.take.Store(redis.NewScript(withoutVersion))
 		redisAnswersLikeMemory(t, rs)
 	})
 }

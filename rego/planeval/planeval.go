@@ -43,6 +43,9 @@ type Program struct {
 	// context (EvalBounded's callers keep a context deadline for those).
 	contextBuiltins []string
 	capabilities    *ast.Capabilities
+	// shared holds, for the data document last seen, the values of the
+	// functions ShareAcrossEvaluations marked (shared.go).
+	shared atomic.Pointer[sharedValues]
 }
 
 // builtinsThatWaitOnTheContext may do I/O bounded by the built-in
@@ -119,6 +122,7 @@ func NewWithCapabilities(policy *ir.Policy, name string, data ast.Value, caps *a
 		for _, f := range policy.Funcs.Funcs {
 			fn := p.funcs[c.funcIndex[f.Name]]
 			c.startFunction(int(f.Return))
+			c.ret = int(f.Return)
 			for _, l := range f.Params {
 				c.use(l)
 				fn.params = append(fn.params, int(l))
@@ -127,7 +131,7 @@ func NewWithCapabilities(policy *ir.Policy, name string, data ast.Value, caps *a
 			if err != nil {
 				return nil, fmt.Errorf("function %s: %w", f.Name, err)
 			}
-			fn.blocks, fn.ret, fn.nlocals = blocks, int(f.Return), c.maxLocal+1
+			fn.blocks, fn.ret, fn.nlocals, fn.rehash = blocks, int(f.Return), c.maxLocal+1, c.setsInPlace
 		}
 	}
 	for _, pl := range policy.Plans.Plans {
@@ -191,6 +195,18 @@ func (p *Program) ContextBuiltins() []string { return p.contextBuiltins }
 
 // EvalBounded is EvalSteps within b, on top of ctx's own end.
 func (p *Program) EvalBounded(ctx context.Context, input ast.Value, b Bounds) ([]*ast.Term, int, error) {
+	return p.EvalBoundedData(ctx, input, nil, b)
+}
+
+// EvalBoundedData is EvalBounded with data as the base data document of
+// this evaluation instead of the program's (nil: the program's). It lets
+// a caller give a document that changes between evaluations (the cluster
+// inventory) without preparing the plan again; data must hold what the
+// program's holds.
+func (p *Program) EvalBoundedData(ctx context.Context, input ast.Value, data *ast.Term, b Bounds) ([]*ast.Term, int, error) {
+	if data == nil {
+		data = p.data
+	}
 	s := p.pool.Get().(*state)
 	defer s.release()
 	s.steps = 0
@@ -205,7 +221,7 @@ func (p *Program) EvalBounded(ctx context.Context, input ast.Value, b Bounds) ([
 	if input != nil { // nil: no input document (input is undefined)
 		locals[0] = ast.NewTerm(input)
 	}
-	locals[1] = p.data
+	locals[1] = data
 	for _, b := range p.plan {
 		if _, _, err := b.run(s, locals); err != nil {
 			if s.stoppedByBounds {
@@ -222,12 +238,18 @@ func (p *Program) EvalBounded(ctx context.Context, input ast.Value, b Bounds) ([
 
 // A function is a planned rule or function, or a built-in.
 type function struct {
-	name     string
-	params   []int
-	ret      int
-	nlocals  int
-	blocks   []block
-	memo     int // slot of its memoized value, -1 when not memoized
+	name    string
+	params  []int
+	ret     int
+	nlocals int
+	blocks  []block
+	memo    int // slot of its memoized value, -1 when not memoized
+	// shared says its value depends on the data document alone: it is
+	// kept across evaluations with the same data (shared.go).
+	shared bool
+	// rehash says its value (an object of sets grown in place) is built
+	// again on return, with its hash (stmt_collections.go).
+	rehash   bool
 	builtin  topdown.BuiltinFunc
 	relation bool
 }
@@ -420,7 +442,13 @@ func (s *state) call(fn *function, args []*ast.Term, loc *ast.Location) (*ast.Te
 		return s.callBuiltin(fn, args, loc)
 	}
 	if fn.memo >= 0 {
-		if v := s.memo[fn.memo]; v != nil {
+		v := s.memo[fn.memo]
+		if v == nil && fn.shared {
+			if v = s.prog.sharedValue(fn.memo, args[1]); v != nil {
+				s.memo[fn.memo] = v
+			}
+		}
+		if v != nil {
 			if v == undefinedMemo {
 				return nil, nil
 			}
@@ -438,11 +466,17 @@ func (s *state) call(fn *function, args []*ast.Term, loc *ast.Location) (*ast.Te
 		}
 	}
 	v := locals[fn.ret]
+	if fn.rehash && v != nil {
+		v = rehashed(v)
+	}
 	if fn.memo >= 0 {
 		if v == nil {
 			s.memo[fn.memo] = undefinedMemo
 		} else {
 			s.memo[fn.memo] = v
+		}
+		if fn.shared {
+			s.prog.keepShared(fn.memo, args[1], s.memo[fn.memo])
 		}
 	}
 	return v, nil
@@ -524,6 +558,11 @@ type compiler struct {
 	// a document reached from data by dots alone (data.a.b): a number key
 	// read there is a base document path, as topdown reads the store.
 	dataRefs map[int]bool
+	// ret is the return local of the function being compiled (-1 in a
+	// plan), and setsInPlace says an ObjectInsertStmt into it may leave
+	// its hash to be rebuilt on return (stmt_collections.go).
+	ret         int
+	setsInPlace bool
 }
 
 // dataLocal is where the planner passes data to every plan and function
@@ -534,6 +573,7 @@ const dataLocal = 1
 func (c *compiler) startFunction(maxLocal int) {
 	c.maxLocal = maxLocal
 	c.dataRefs = map[int]bool{dataLocal: true}
+	c.ret, c.setsInPlace = -1, false
 }
 
 func (c *compiler) use(l ir.Local) int {

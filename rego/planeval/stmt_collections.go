@@ -91,11 +91,28 @@ func (c *compiler) objectInsert(x ir.Stmt) (stmt, error) {
 		return nil, err
 	}
 	target := c.use(obj)
+	// A multi-value rule (r[k] contains v) grows the set of a key in place
+	// and inserts it again; OPA's Insert of a present key hashes the whole
+	// object again, so building the rule's value costs the square of its
+	// keys. Into the function's return value, the insert of the same set
+	// is skipped and the value is built again, hash and all, on return
+	// (rehashed), once.
+	inPlace := !once && target == c.ret
+	if inPlace {
+		c.setsInPlace = true
+	}
 	return func(_ *state, l []*ast.Term) (bool, uint32, error) {
 		o, isObj := termValue(l[target]).(ast.Object)
 		key, val := ok.get(l), ov.get(l)
 		if !isObj || key == nil || val == nil {
 			return false, 0, fmt.Errorf("object insert: not an object or an undefined key or value")
+		}
+		if inPlace {
+			if _, isSet := val.Value.(ast.Set); isSet {
+				if cur := o.Get(key); cur != nil && cur.Value == val.Value {
+					return false, 0, nil
+				}
+			}
 		}
 		if once {
 			if cur := o.Get(key); cur != nil && cur.Value.Compare(val.Value) != 0 {
@@ -144,4 +161,16 @@ func mergeBaseFirst(base, virtual ast.Object) ast.Object {
 		return b, false
 	})
 	return m
+}
+
+// rehashed is an object of sets grown in place built again, so its hash
+// holds its members' final hashes; any other value is returned as it is.
+func rehashed(v *ast.Term) *ast.Term {
+	o, ok := v.Value.(ast.Object)
+	if !ok {
+		return v
+	}
+	fresh := ast.NewObject()
+	o.Foreach(func(k, v *ast.Term) { fresh.Insert(k, v) })
+	return ast.NewTerm(fresh)
 }

@@ -83,7 +83,22 @@ const (
 	ctl  = `namespace="qn-system",job="qn-qn-admission-controller-metrics",pod="qn-qn-admission-controller-a"`
 	// replicas is kube-state-metrics' series for the webhook Deployment.
 	replicas = `kube_deployment_status_replicas_available{namespace="qn-system",deployment="qn-qn-admission-webhook"}`
+	// ctlPodA and ctlPodB are kube-state-metrics' labels of the two
+	// qn-controller containers (the chart's default replicas).
+	ctlPodA = `namespace="qn-system",job="kube-state-metrics",pod="qn-qn-admission-controller-7d9f-a",container="qn-controller"`
+	ctlPodB = `namespace="qn-system",job="kube-state-metrics",pod="qn-qn-admission-controller-7d9f-b",container="qn-controller"`
 )
+
+// controllerRestarts is kube-state-metrics' view of the two qn-controller
+// containers: restartsA is container A's restart counter in promqltest's
+// syntax (B never restarts), over n+1 samples.
+func controllerRestarts(restartsA string, n int) string {
+	return lines(
+		`kube_pod_container_info{`+ctlPodA+`} 1x`+fmt.Sprint(n),
+		`kube_pod_container_info{`+ctlPodB+`} 1x`+fmt.Sprint(n),
+		`kube_pod_container_status_restarts_total{`+ctlPodA+`} `+restartsA,
+		`kube_pod_container_status_restarts_total{`+ctlPodB+`} 0x`+fmt.Sprint(n))
+}
 
 // scenario is series (promqltest's load syntax, one sample every 30s from
 // time 0) and whether the alert is firing after `after` of evaluations
@@ -213,6 +228,22 @@ var scenarios = map[string]map[string]scenario{
 	"QnAdmissionStrictHealthFailing": {
 		"the errors check fails": {series: `qn_health_check_failing{` + web + `,check="errors"} 1x40`, after: 10 * time.Minute, firing: true},
 		"every check passes":     {series: `qn_health_check_failing{` + web + `,check="errors"} 0x40`, after: 10 * time.Minute},
+	},
+	// The restarts SLO: 0.1 % of the containers' time, 60 s a restart;
+	// with two containers the fast burn (1.2 % over 1h and 5m) needs two
+	// restarts within the hour and one in the last 5m, the slow burn (0.2
+	// % over 6h and 30m) two within 6 hours and one in the last 30m.
+	"QnControllerRestartBudgetBurnFast": {
+		"crash-looping: a restart every 5 minutes for 40 minutes": {series: controllerRestarts("0+0.1x80", 80), after: 40 * time.Minute, firing: true},
+		"two restarts in the hour, the last 3 minutes ago":        {series: controllerRestarts("0x59 1x53 2x6", 120), after: time.Hour, firing: true},
+		"two restarts in the hour, the last 30 minutes ago":       {series: controllerRestarts("0x19 1x39 2x60", 120), after: time.Hour},
+		"one restart, 3 minutes ago":                              {series: controllerRestarts("0x113 1x6", 120), after: time.Hour},
+		"no restarts":                                             {series: controllerRestarts("0x120", 120), after: time.Hour},
+	},
+	"QnControllerRestartBudgetBurnSlow": {
+		"a restart every 90 minutes, the last 10 minutes ago": {series: controllerRestarts("0x190 1x180 2x180 3x20", 570), after: 285 * time.Minute, firing: true},
+		"one restart in 6 hours, 10 minutes ago":              {series: controllerRestarts("0x700 1x20", 720), after: 6 * time.Hour},
+		"two restarts in 6 hours, the last 2 hours ago":       {series: controllerRestarts("0x200 1x280 2x240", 720), after: 6 * time.Hour},
 	},
 	"QnControllerDown": {
 		"not scraped":                 {series: `up{` + ctl + `} 0x40`, after: 15 * time.Minute, firing: true},

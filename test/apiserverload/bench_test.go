@@ -49,8 +49,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/quantumnode/qn-admission/certs"
-	"github.com/quantumnode/qn-admission/test/chart"
 	"github.com/quantumnode/qn-admission/test/harness"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"github.com/quantumnode/qn-admission/test/load"
 )
 
@@ -481,12 +481,12 @@ func (r *rig) grantWriters(ctx context.Context) error {
 // renderExcluding renders the chart with its default values but for the
 // namespaces its webhooks leave out (kube-system, as by default, and
 // exclude).
-func renderExcluding(exclude ...string) (*chart.Release, error) {
+func renderExcluding(exclude ...string) (*chartrender.Release, error) {
 	excluded := []any{"kube-system"} // values as YAML decodes them
 	for _, ns := range exclude {
 		excluded = append(excluded, ns)
 	}
-	return chart.Render("qn", release, map[string]any{
+	return chartrender.Render("qn", release, map[string]any{
 		"webhook": map[string]any{"namespaceSelector": map[string]any{"excludeNamespaces": excluded}},
 	})
 }
@@ -506,7 +506,7 @@ func decodeObject(obj *unstructured.Unstructured, into any) error {
 // the environment that gives the process the memory limit it sets itself
 // in the chart's container: GOMEMLIMIT at three quarters of the
 // container's limit (cmd/qn-webhook/app/memlimit.go), so GOGC=400.
-func webhookAsTheChartRunsIt(rel *chart.Release) (args, env []string, err error) {
+func webhookAsTheChartRunsIt(rel *chartrender.Release) (args, env []string, err error) {
 	var container *corev1.Container
 	for _, obj := range rel.Objects {
 		if obj.GetKind() != "Deployment" {
@@ -561,7 +561,7 @@ var webhookConfigurations = map[string]struct{ resource, admissionType string }{
 // target's URL (with the CA in certDir), and each webhook's name gets
 // prefix. It returns the webhooks that judge a QuantumNode create, by
 // webhookKey.
-func register(ctx context.Context, c *harness.Cluster, rel *chart.Release, name, prefix string, target *load.Server, certDir string) ([]string, error) {
+func register(ctx context.Context, c *harness.Cluster, rel *chartrender.Release, name, prefix string, target *load.Server, certDir string) ([]string, error) {
 	caBundle, _, err := harness.ReadCA(filepath.Join(certDir, certs.CAFileName))
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"context"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,7 +38,7 @@ func compiledBundled(t *testing.T, opts vap.Options) *vap.Result {
 // bundled policies (TestVAPWritesTheCompiledObjects in cmd/qnctl/app holds
 // qnctl's stream equal to the compiler's).
 func TestTheChartsAdmissionPolicyIsQnctlVapsOutput(t *testing.T) {
-	got, err := os.ReadFile(filepath.Join(Dir(), "files", "admission-policy.yaml"))
+	got, err := os.ReadFile(filepath.Join(chartrender.Dir(), "files", "admission-policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package chart
 import (
 	"context"
 	"fmt"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,7 +24,7 @@ var valuesBlock = regexp.MustCompile("(?s)```yaml\n(# values\\.yaml[^\n]*\n.*?)`
 // templates render it, and a policy ConfigMap it makes is a set qn-webhook
 // loads.
 func TestInstallDocValuesRender(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join(Dir(), "..", "..", "docs", "install.md"))
+	doc, err := os.ReadFile(filepath.Join(chartrender.Dir(), "..", "..", "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestInstallDocValuesRender(t *testing.T) {
 	for _, b := range blocks {
 		name, _, _ := strings.Cut(b[1], "\n")
 		t.Run(name, func(t *testing.T) {
-			rel, err := Render("qn-admission", "qn-system", values(t, b[1]))
+			rel, err := chartrender.Render("qn-admission", "qn-system", values(t, b[1]))
 			if err != nil {
 				t.Fatalf("%v\n%s", err, b[1])
 			}
@@ -59,7 +60,7 @@ func TestInstallDocValuesRender(t *testing.T) {
 // a phrase is found wherever the lines of its paragraph break.
 func docText(t *testing.T, rel ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(append([]string{Dir(), "..", ".."}, rel...)...))
+	b, err := os.ReadFile(filepath.Join(append([]string{chartrender.Dir(), "..", ".."}, rel...)...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestInstallDocListsEveryCRD(t *testing.T) {
 	if row == "" {
 		t.Fatal("docs/install.md has no \"| CRDs … (`crds/`)\" row")
 	}
-	files, err := filepath.Glob(filepath.Join(Dir(), "crds", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(chartrender.Dir(), "crds", "*.yaml"))
 	if err != nil || len(files) < 4 {
 		t.Fatalf("crds: %v %v", files, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,7 +27,7 @@ const regenerate = "run `go generate ./test/chart/` to copy it again"
 // The chart's crds/ holds exactly the project's CRD manifests, byte for
 // byte: the chart cannot drift from config/crd.
 func TestCRDIsTheProjectsOne(t *testing.T) {
-	dir := filepath.Join(Dir(), "crds")
+	dir := filepath.Join(chartrender.Dir(), "crds")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +76,7 @@ func TestBundledPoliciesAreTheBinarysOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(Dir(), "files", "policies")
+	dir := filepath.Join(chartrender.Dir(), "files", "policies")
 	got := map[string][]byte{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -161,7 +162,7 @@ func TestConfigMapPoliciesLoad(t *testing.T) {
 // running it bound to them: nothing missing, nothing more. The Role sits in
 // the release namespace, where the controller's Lease is.
 func TestControllerRBACIsTheProjectsOne(t *testing.T) {
-	source := filepath.Join(Dir(), "..", "..", "config", "rbac", "role.yaml")
+	source := filepath.Join(chartrender.Dir(), "..", "..", "config", "rbac", "role.yaml")
 	data, err := os.ReadFile(source)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"slices"
 	"strconv"
 	"strings"
@@ -434,7 +435,7 @@ func containerPort(t *testing.T, c *corev1.Container, name string) int32 {
 	return 0
 }
 
-func deployments(t *testing.T, rel *Release) []*appsv1.Deployment {
+func deployments(t *testing.T, rel *chartrender.Release) []*appsv1.Deployment {
 	t.Helper()
 	var out []*appsv1.Deployment
 	for _, obj := range rel.Objects {
@@ -529,7 +530,7 @@ type issuerSpec struct {
 	}
 }
 
-func certificate(t *testing.T, rel *Release, name string) *certificateSpec {
+func certificate(t *testing.T, rel *chartrender.Release, name string) *certificateSpec {
 	t.Helper()
 	obj := rel.Find("Certificate", name)
 	if obj == nil || obj.GetAPIVersion() != "cert-manager.io/v1" {
@@ -555,7 +556,7 @@ func looseCertificate(t *testing.T, obj *unstructured.Unstructured) *certificate
 	return c
 }
 
-func certificateBySecret(t *testing.T, rel *Release, secret string) *certificateSpec {
+func certificateBySecret(t *testing.T, rel *chartrender.Release, secret string) *certificateSpec {
 	t.Helper()
 	for _, obj := range rel.Objects {
 		if obj.GetKind() == "Certificate" {
@@ -568,7 +569,7 @@ func certificateBySecret(t *testing.T, rel *Release, secret string) *certificate
 	return nil
 }
 
-func issuer(t *testing.T, rel *Release, ref issuerRef) *issuerSpec {
+func issuer(t *testing.T, rel *chartrender.Release, ref issuerRef) *issuerSpec {
 	t.Helper()
 	if ref.Kind != "Issuer" || ref.Group != "cert-manager.io" {
 		t.Fatalf("issuerRef %+v: want a cert-manager.io Issuer of the release", ref)

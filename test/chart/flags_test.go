@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -78,7 +79,7 @@ func TestArgsParse(t *testing.T) {
 
 // deployedContainer is the container of that name in the rendered
 // Deployments, or nil.
-func deployedContainer(t *testing.T, rel *Release, name string) *corev1.Container {
+func deployedContainer(t *testing.T, rel *chartrender.Release, name string) *corev1.Container {
 	t.Helper()
 	for _, dep := range deployments(t, rel) {
 		for i := range dep.Spec.Template.Spec.Containers {

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/json"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"strings"
 	"testing"
 
@@ -33,9 +34,9 @@ func values(t *testing.T, snippet string) map[string]any {
 
 // render renders the test release with a values snippet and fails the
 // test if the chart refuses it.
-func render(t *testing.T, snippet string) *Release {
+func render(t *testing.T, snippet string) *chartrender.Release {
 	t.Helper()
-	rel, err := Render(releaseName, releaseNS, values(t, snippet))
+	rel, err := chartrender.Render(releaseName, releaseNS, values(t, snippet))
 	if err != nil {
 		t.Fatalf("render with values %q: %v", snippet, err)
 	}
@@ -59,7 +60,7 @@ func decodeStrict[T any](t *testing.T, obj *unstructured.Unstructured) *T {
 }
 
 // get returns the typed object of kind named name, failing if absent.
-func get[T any](t *testing.T, rel *Release, kind, name string) *T {
+func get[T any](t *testing.T, rel *chartrender.Release, kind, name string) *T {
 	t.Helper()
 	obj := rel.Find(kind, name)
 	if obj == nil {
@@ -68,13 +69,13 @@ func get[T any](t *testing.T, rel *Release, kind, name string) *T {
 	return decodeStrict[T](t, obj)
 }
 
-func webhookDeployment(t *testing.T, rel *Release) *appsv1.Deployment {
+func webhookDeployment(t *testing.T, rel *chartrender.Release) *appsv1.Deployment {
 	t.Helper()
 	return get[appsv1.Deployment](t, rel, "Deployment", webhookName)
 }
 
 // only returns the one object of a kind, whatever its name.
-func only[T any](t *testing.T, rel *Release, kind string) *T {
+func only[T any](t *testing.T, rel *chartrender.Release, kind string) *T {
 	t.Helper()
 	var found []*unstructured.Unstructured
 	for _, obj := range rel.Objects {
@@ -88,12 +89,12 @@ func only[T any](t *testing.T, rel *Release, kind string) *T {
 	return decodeStrict[T](t, found[0])
 }
 
-func validating(t *testing.T, rel *Release) *admissionregistrationv1.ValidatingWebhookConfiguration {
+func validating(t *testing.T, rel *chartrender.Release) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
 	return only[admissionregistrationv1.ValidatingWebhookConfiguration](t, rel, "ValidatingWebhookConfiguration")
 }
 
-func mutating(t *testing.T, rel *Release) *admissionregistrationv1.MutatingWebhookConfiguration {
+func mutating(t *testing.T, rel *chartrender.Release) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
 	return only[admissionregistrationv1.MutatingWebhookConfiguration](t, rel, "MutatingWebhookConfiguration")
 }
@@ -120,7 +121,7 @@ type webhookView struct {
 const scalerWebhookName = "validate.horizontalqnscalers.qn.dev"
 
 // webhooks lists the QuantumNode webhooks of both configurations.
-func webhooks(t *testing.T, rel *Release) []webhookView {
+func webhooks(t *testing.T, rel *chartrender.Release) []webhookView {
 	t.Helper()
 	v, m := validating(t, rel), mutating(t, rel)
 	var out []webhookView

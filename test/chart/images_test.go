@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,7 @@ const (
 
 // podImages maps every container and init container of every Deployment
 // the release renders to its image.
-func podImages(t *testing.T, rel *Release) map[string]string {
+func podImages(t *testing.T, rel *chartrender.Release) map[string]string {
 	t.Helper()
 	images := map[string]string{}
 	for _, dep := range deployments(t, rel) {
@@ -28,7 +29,7 @@ func podImages(t *testing.T, rel *Release) map[string]string {
 // own images at the chart's appVersion unless a tag says otherwise, and a
 // digest wins over the tag, for every image the chart runs.
 func TestImageReferences(t *testing.T) {
-	ch, err := Load()
+	ch, err := chartrender.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ windows: {store: redis, redis: {bundled: {enabled: true, image: {repository: mir
 // that `helm install` of a packaged chart runs the images of its own
 // release (docs/release.md).
 func TestChartVersionIsTheAppVersion(t *testing.T) {
-	ch, err := Load()
+	ch, err := chartrender.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

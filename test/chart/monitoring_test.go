@@ -3,6 +3,7 @@ package chart
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,7 +23,7 @@ const monitoringValues = "metrics: {serviceMonitor: {enabled: true, labels: {rel
 // rule file; test/alerts (a module of its own, for Prometheus' rule parser
 // and query engine) parses and exercises them. UPDATE_ALERTS_TESTDATA=1
 // rewrites it from the chart.
-var alertsTestdata = filepath.Join(Dir(), "..", "..", "test", "alerts", "testdata", "rules.yaml")
+var alertsTestdata = filepath.Join(chartrender.Dir(), "..", "..", "test", "alerts", "testdata", "rules.yaml")
 
 func TestMonitoringIsOffByDefault(t *testing.T) {
 	rel := render(t, "")
@@ -128,7 +129,7 @@ func TestPrometheusRuleAlertsHaveRunbooksAndAreTested(t *testing.T) {
 		t.Fatalf("no PrometheusRule; kinds %v", rel.Kinds())
 	}
 	spec, _, _ := unstructured.NestedMap(rule.Object, "spec")
-	runbooks, err := os.ReadFile(filepath.Join(Dir(), "..", "..", "docs", "runbooks.md"))
+	runbooks, err := os.ReadFile(filepath.Join(chartrender.Dir(), "..", "..", "docs", "runbooks.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestDashboardConfigMap(t *testing.T) {
 	if cm.Labels["grafana_dashboard"] != "1" {
 		t.Errorf("labels %v lack grafana_dashboard: \"1\"", cm.Labels)
 	}
-	file, err := os.ReadFile(filepath.Join(Dir(), "..", "..", "charts", "qn-admission", "files", "dashboards", "qn-admission.json"))
+	file, err := os.ReadFile(filepath.Join(chartrender.Dir(), "..", "..", "charts", "qn-admission", "files", "dashboards", "qn-admission.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

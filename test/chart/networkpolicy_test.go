@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"slices"
 	"strings"
 	"testing"
@@ -52,7 +53,7 @@ func TestNetworkPolicyIsOffByDefaultAndNeedsASource(t *testing.T) {
 	if np := render(t, "").Find("NetworkPolicy", webhookName); np != nil {
 		t.Fatalf("the default install renders no NetworkPolicy for the webhook (its sources are cluster-specific): %v", np)
 	}
-	_, err := Render("qn-admission", releaseNS, values(t, "webhook: {networkPolicy: {enabled: true}}"))
+	_, err := chartrender.Render("qn-admission", releaseNS, values(t, "webhook: {networkPolicy: {enabled: true}}"))
 	if err == nil || !strings.Contains(err.Error(), "needs webhook.networkPolicy.apiServer.cidrs or .peers") {
 		t.Fatalf("enabling it without a source must fail with a sentence, got %v", err)
 	}

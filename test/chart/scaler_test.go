@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,7 @@ import (
 )
 
 // scalerWebhook returns the HorizontalQNScaler webhook, or nil.
-func scalerWebhook(t *testing.T, rel *Release) *admissionregistrationv1.ValidatingWebhook {
+func scalerWebhook(t *testing.T, rel *chartrender.Release) *admissionregistrationv1.ValidatingWebhook {
 	t.Helper()
 	for _, w := range validating(t, rel).Webhooks {
 		if w.Name == scalerWebhookName {

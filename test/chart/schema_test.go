@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"strings"
 	"testing"
 
@@ -65,7 +66,7 @@ func TestBadValuesAreRefusedWithAClearMessage(t *testing.T) {
 			"policies.configMap.files needs a roles.yaml"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Render(releaseName, releaseNS, values(t, tc.values))
+			_, err := chartrender.Render(releaseName, releaseNS, values(t, tc.values))
 			if err == nil {
 				t.Fatalf("values %s were accepted", tc.values)
 			}
@@ -82,7 +83,7 @@ func TestBadValuesAreRefusedWithAClearMessage(t *testing.T) {
 // schema holds no key values.yaml lacks (which would be a value nobody can
 // see the default of).
 func TestValuesYAMLAndSchemaAgree(t *testing.T) {
-	ch, err := Load()
+	ch, err := chartrender.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +122,11 @@ func TestValuesYAMLAndSchemaAgree(t *testing.T) {
 // The chart states the Kubernetes versions it supports: native sidecars
 // (git-sync) need 1.29 and the preStop sleep action 1.30.
 func TestKubeVersionConstraint(t *testing.T) {
-	ch, err := Load()
+	ch, err := chartrender.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for version, want := range map[string]bool{KubeVersion: true, "v1.30.0": true, "v1.33.1-eks-1": true, "v1.29.9": false} {
+	for version, want := range map[string]bool{chartrender.KubeVersion: true, "v1.30.0": true, "v1.33.1-eks-1": true, "v1.29.9": false} {
 		if got := chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, version); got != want {
 			t.Errorf("kubeVersion %q accepts %s: %v, want %v", ch.Metadata.KubeVersion, version, got, want)
 		}

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/base64"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"slices"
 	"strings"
 	"testing"
@@ -20,11 +21,11 @@ var testCABundle = base64.StdEncoding.EncodeToString([]byte("-----BEGIN CERTIFIC
 // one of them to the API server too.
 var variations = map[string]struct {
 	values string
-	check  func(t *testing.T, rel *Release)
+	check  func(t *testing.T, rel *chartrender.Release)
 }{
 	"strict health thresholds and profiling: passed to both binaries, the kubelet's probes stay plain": {
 		values: "health: {strict: {reloadGrace: 5m, maxPolicyAge: 24h, maxErrorRatio: 0.01, certMinValidity: 336h}}\nprofiling: {enabled: true}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			web := container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "qn-webhook")
 			ctl := container(t, &get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller").Spec.Template.Spec, "qn-controller")
 			for _, c := range []*corev1.Container{web, ctl} {
@@ -48,7 +49,7 @@ var variations = map[string]struct {
 	},
 	"monitoring: ServiceMonitors for both binaries, the PrometheusRule and the dashboard": {
 		values: monitoringValues,
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			k := rel.Kinds()
 			if k["ServiceMonitor"] != 2 || k["PrometheusRule"] != 1 || rel.Find("ConfigMap", fullname+"-dashboard") == nil || rel.Find("Service", fullname+"-controller-metrics") == nil {
 				t.Errorf("want 2 ServiceMonitors, a PrometheusRule, the dashboard ConfigMap and the controller's metrics Service; kinds %v", k)
@@ -57,7 +58,7 @@ var variations = map[string]struct {
 	},
 	"tracing to a collector: the endpoint, ratio and plaintext switch reach qn-webhook": {
 		values: "tracing: {enabled: true, otlpEndpoint: otel-collector.observability:4317, insecure: true, sampleRatio: 0.25}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			web := container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "qn-webhook")
 			for name, want := range map[string]string{"otlp-endpoint": "otel-collector.observability:4317", "trace-sample-ratio": "0.25", "otlp-insecure": ""} {
 				if got, ok := flag(web.Args, name); !ok || got != want {
@@ -68,7 +69,7 @@ var variations = map[string]struct {
 	},
 	"own Secret and caBundle: no cert-manager objects, the CA in both configurations": {
 		values: "certificates: {mode: secret, secret: {name: my-webhook-tls, caBundle: " + testCABundle + "}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if k := rel.Kinds(); k["Issuer"]+k["Certificate"] != 0 {
 				t.Errorf("cert-manager objects rendered: %v", k)
 			}
@@ -87,7 +88,7 @@ var variations = map[string]struct {
 	},
 	"an Issuer of your own: only the serving Certificate, issued by it": {
 		values: "certificates: {certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if k := rel.Kinds(); k["Issuer"] != 0 || k["Certificate"] != 1 {
 				t.Errorf("want the serving Certificate alone, got %v", k)
 			}
@@ -99,7 +100,7 @@ var variations = map[string]struct {
 	},
 	"a NetworkPolicy admits only the API server's sources to the admission port": {
 		values: "webhook: {networkPolicy: {enabled: true, apiServer: {cidrs: [10.0.0.10/32], peers: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}}]}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if rel.Find("NetworkPolicy", webhookName) == nil {
 				t.Errorf("want the webhook's NetworkPolicy, got %v", rel.Kinds())
 			}
@@ -107,7 +108,7 @@ var variations = map[string]struct {
 	},
 	"failurePolicy Ignore, the emergency switch, reaches both webhooks": {
 		values: "webhook: {failurePolicy: Ignore}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			for _, w := range webhooks(t, rel) {
 				if *w.FailurePolicy != admissionregistrationv1.Ignore {
 					t.Errorf("%s: failurePolicy %s", w.Name, *w.FailurePolicy)
@@ -117,7 +118,7 @@ var variations = map[string]struct {
 	},
 	"the longest timeout with a policy deadline just inside it": {
 		values: "webhook: {timeoutSeconds: 10, policyEvalTimeout: 9500ms}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			for _, w := range webhooks(t, rel) {
 				if *w.TimeoutSeconds != 10 {
 					t.Errorf("%s: timeoutSeconds %d", w.Name, *w.TimeoutSeconds)
@@ -131,7 +132,7 @@ var variations = map[string]struct {
 	},
 	"policies from a ConfigMap: the bundled files plus overrides, hot-reloaded from a directory mount": {
 		values: "policies: {source: configMap, configMap: {files: {data.json: '{\"zones\": [\"cn-shanghai\"]}'}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			cm := get[corev1.ConfigMap](t, rel, "ConfigMap", fullname+"-policies")
 			for _, f := range []string{"roles.yaml", "quantumnode.rego", "quantumnode_test.rego", "data.json"} {
 				if _, ok := cm.Data[f]; !ok {
@@ -161,7 +162,7 @@ var variations = map[string]struct {
 	},
 	"policies from a ConfigMap you manage: mounted, none rendered": {
 		values: "policies: {source: configMap, configMap: {existingName: team-policies}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if rel.Kinds()["ConfigMap"] != 0 {
 				t.Errorf("rendered a ConfigMap: %v", rel.Kinds())
 			}
@@ -172,7 +173,7 @@ var variations = map[string]struct {
 	},
 	"policies from Git: a native git-sync sidecar the server waits for, sharing a read-only volume": {
 		values: "policies: {source: gitSync, gitSync: {repo: 'https://git.example.com/ops/qn-policies.git', ref: main, path: /policies/prod/}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			spec := &webhookDeployment(t, rel).Spec.Template.Spec
 			if len(spec.InitContainers) != 1 {
 				t.Fatalf("want the git-sync sidecar as the one init container, got %d", len(spec.InitContainers))
@@ -208,7 +209,7 @@ var variations = map[string]struct {
 	},
 	"a shadow set from a ConfigMap you manage: mounted read-only and passed as --shadow-policy-dir": {
 		values: "policies: {shadow: {source: configMap, configMapName: candidate-policies, cpu: 0.5}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			spec := &webhookDeployment(t, rel).Spec.Template.Spec
 			c := container(t, spec, "qn-webhook")
 			m := mountOf(c, "policies-shadow")
@@ -231,7 +232,7 @@ var variations = map[string]struct {
 	},
 	"a shadow set from Git: a second git-sync sidecar at the candidate ref that qn-webhook never waits for": {
 		values: "policies: {source: gitSync, gitSync: {repo: 'https://git.example.com/ops/qn-policies.git', ref: main, path: policies}, shadow: {source: gitSync, gitSync: {ref: candidate}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			spec := &webhookDeployment(t, rel).Spec.Template.Spec
 			if len(spec.InitContainers) != 2 {
 				t.Fatalf("want two git-sync sidecars, got %d init containers", len(spec.InitContainers))
@@ -271,7 +272,7 @@ var variations = map[string]struct {
 	},
 	"policies from Git reach the background audit: qn-controller runs a git-sync sidecar of its own on the same checkout": {
 		values: "policies: {source: gitSync, gitSync: {repo: 'git@git.example.com:ops/qn-policies.git', ref: main, path: policies, auth: {type: ssh, secretName: git-creds}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			web := &webhookDeployment(t, rel).Spec.Template.Spec
 			dep := get[appsv1.Deployment](t, rel, "Deployment", fullname+"-controller")
 			spec := &dep.Spec.Template.Spec
@@ -303,7 +304,7 @@ var variations = map[string]struct {
 	},
 	"git-sync over SSH: the key Secret mounted read-only where git-sync looks": {
 		values: "policies: {source: gitSync, gitSync: {repo: 'git@git.example.com:ops/qn-policies.git', auth: {type: ssh, secretName: git-creds}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			spec := &webhookDeployment(t, rel).Spec.Template.Spec
 			gs := container(t, spec, "git-sync")
 			if m := mountOf(gs, "git-secret"); m == nil || !m.ReadOnly || m.MountPath != "/etc/git-secret" {
@@ -322,7 +323,7 @@ var variations = map[string]struct {
 	},
 	"git-sync over HTTPS: username from the Secret, password from a file": {
 		values: "policies: {source: gitSync, gitSync: {repo: 'https://git.example.com/ops/qn-policies.git', auth: {type: https, secretName: git-creds}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			gs := container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "git-sync")
 			if v, _ := flag(gs.Args, "password-file"); v != "/etc/git-secret/password" {
 				t.Errorf("--password-file=%s", v)
@@ -343,7 +344,7 @@ var variations = map[string]struct {
 	},
 	"three replicas that must sit on three nodes": {
 		values: "webhook: {replicas: 3, podAntiAffinity: hard}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			dep := webhookDeployment(t, rel)
 			aa := dep.Spec.Template.Spec.Affinity.PodAntiAffinity
 			if *dep.Spec.Replicas != 3 || aa == nil || len(aa.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
@@ -357,7 +358,7 @@ var variations = map[string]struct {
 	},
 	"one replica: no PodDisruptionBudget, which would block every drain": {
 		values: "webhook: {replicas: 1}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if rel.Kinds()["PodDisruptionBudget"] != 0 {
 				t.Error("a PodDisruptionBudget over a single replica")
 			}
@@ -365,7 +366,7 @@ var variations = map[string]struct {
 	},
 	"without the controller: no controller Deployment and no RBAC at all": {
 		values: "controller: {enabled: false}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			k := rel.Kinds()
 			if rel.Find("Deployment", fullname+"-controller") != nil || k["ClusterRole"]+k["ClusterRoleBinding"]+k["Role"]+k["RoleBinding"] != 0 || k["ServiceAccount"] != 1 {
 				t.Errorf("kinds %v", k)
@@ -374,7 +375,7 @@ var variations = map[string]struct {
 	},
 	"the API server's client certificate required": {
 		values: "webhook: {clientCA: {configMapName: apiserver-client-ca}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			spec := &webhookDeployment(t, rel).Spec.Template.Spec
 			c := container(t, spec, "qn-webhook")
 			m := mountOf(c, "client-ca")
@@ -388,7 +389,7 @@ var variations = map[string]struct {
 	},
 	"more namespaces excluded through the values": {
 		values: "webhook: {namespaceSelector: {excludeNamespaces: [kube-system, monitoring]}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			for _, w := range webhooks(t, rel) {
 				sel, _ := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
 				for ns, want := range map[string]bool{"monitoring": false, "kube-system": false, releaseNS: false,
@@ -402,7 +403,7 @@ var variations = map[string]struct {
 	},
 	"fullnameOverride names every object": {
 		values: "fullnameOverride: qn",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			for _, obj := range rel.Objects {
 				if obj.GetKind() != "CustomResourceDefinition" && !strings.HasPrefix(obj.GetName(), "qn") {
 					t.Errorf("%s %s", obj.GetKind(), obj.GetName())
@@ -415,7 +416,7 @@ var variations = map[string]struct {
 	},
 	"images, pull policy and pull secrets from values": {
 		values: "imagePullSecrets: [{name: regcred}]\nwebhook: {image: {repository: registry.example.com/qn-webhook, tag: v9.9.9, pullPolicy: Always}}\ncontroller: {image: {repository: registry.example.com/qn-controller}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			dep := webhookDeployment(t, rel)
 			c := container(t, &dep.Spec.Template.Spec, "qn-webhook")
 			if c.Image != "registry.example.com/qn-webhook:v9.9.9" || c.ImagePullPolicy != corev1.PullAlways {

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 	"maps"
 	"strings"
 	"testing"
@@ -22,11 +23,11 @@ func init() {
 
 var windowVariations = map[string]struct {
 	values string
-	check  func(t *testing.T, rel *Release)
+	check  func(t *testing.T, rel *chartrender.Release)
 }{
 	"windows in memory with two replicas: no Redis, and NOTES say the limit is per replica": {
 		values: "windows: {store: memory}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if k := rel.Kinds(); k["NetworkPolicy"]+k["PersistentVolumeClaim"] != 0 || rel.Find("Deployment", redisName) != nil {
 				t.Errorf("Redis objects rendered for the memory store: %v", k)
 			}
@@ -46,7 +47,7 @@ var windowVariations = map[string]struct {
 	},
 	"windows in memory with one replica: exact, and NOTES warn of nothing": {
 		values: "{windows: {store: memory}, webhook: {replicas: 1}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if strings.Contains(rel.Notes, "per replica") {
 				t.Errorf("NOTES warn of per-replica windows with one replica:\n%s", rel.Notes)
 			}
@@ -54,7 +55,7 @@ var windowVariations = map[string]struct {
 	},
 	"your own Redis with a password Secret and TLS with a CA: no bundled Redis, every file mounted where a flag points": {
 		values: "windows: {redis: {address: 'redis.data.svc:6380', bundled: {enabled: false}, passwordSecret: {name: redis-auth, key: pw}, tls: {enabled: true, caConfigMap: redis-ca}}, storeTimeout: 250ms}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if rel.Find("Deployment", redisName) != nil || rel.Find("Service", redisName) != nil {
 				t.Errorf("the bundled Redis rendered beside an address: %v", rel.Kinds())
 			}
@@ -87,7 +88,7 @@ var windowVariations = map[string]struct {
 	},
 	"Redis behind Sentinels with their own password: the webhook asks them for the master, no bundled Redis": {
 		values: "windows: {redis: {bundled: {enabled: false}, sentinel: {addresses: ['s-0.data.svc:26379', 's-1.data.svc:26379'], masterName: windows, passwordSecret: {name: sentinel-auth, key: spw}}, passwordSecret: {name: redis-auth}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			if rel.Find("Deployment", redisName) != nil {
 				t.Errorf("the bundled Redis rendered beside Sentinels: %v", rel.Kinds())
 			}
@@ -118,7 +119,7 @@ var windowVariations = map[string]struct {
 	},
 	"a Redis Cluster: the webhook is given some of its nodes": {
 		values: "windows: {redis: {bundled: {enabled: false}, cluster: {addresses: ['c-0.data.svc:6379', 'c-1.data.svc:6379']}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			args := webhookArgs(t, rel)
 			if v, _ := flag(args, "redis-cluster-addresses"); v != "c-0.data.svc:6379,c-1.data.svc:6379" {
 				t.Errorf("--redis-cluster-addresses=%s", v)
@@ -130,7 +131,7 @@ var windowVariations = map[string]struct {
 	},
 	"the bundled Redis with persistence and a password: an append-only file on a claim, the password from the Secret": {
 		values: "windows: {redis: {passwordSecret: {name: redis-auth}, bundled: {persistence: {enabled: true, size: 2Gi, storageClass: fast}}}}",
-		check: func(t *testing.T, rel *Release) {
+		check: func(t *testing.T, rel *chartrender.Release) {
 			pvc := get[corev1.PersistentVolumeClaim](t, rel, "PersistentVolumeClaim", redisName)
 			if q := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "2Gi" || pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "fast" {
 				t.Errorf("claim %+v", pvc.Spec)
@@ -157,7 +158,7 @@ var windowVariations = map[string]struct {
 	},
 }
 
-func webhookArgs(t *testing.T, rel *Release) []string {
+func webhookArgs(t *testing.T, rel *chartrender.Release) []string {
 	t.Helper()
 	return container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "qn-webhook").Args
 }
@@ -253,7 +254,7 @@ func TestBadWindowValuesAreRefusedWithAClearMessage(t *testing.T) {
 		"a Sentinel password without Sentinels": {"windows: {redis: {address: 'r:6379', bundled: {enabled: false}, sentinel: {passwordSecret: {name: x}}}}", []string{"windows.redis.sentinel.passwordSecret.name is set without windows.redis.sentinel.addresses"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Render(releaseName, releaseNS, values(t, tc.values))
+			_, err := chartrender.Render(releaseName, releaseNS, values(t, tc.values))
 			if err == nil {
 				t.Fatalf("values %s were accepted", tc.values)
 			}

@@ -10,7 +10,7 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	chartrender "github.com/quantumnode/qn-admission/test/chart"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 )
 
 // helmConfig is Helm's action configuration for the release namespace:

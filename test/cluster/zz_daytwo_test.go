@@ -30,7 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	chartrender "github.com/quantumnode/qn-admission/test/chart"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 )
 
 // qn-controller with two replicas under leader election: the leader's Pod

@@ -25,7 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/quantumnode/qn-admission/test/chart"
+	"github.com/quantumnode/qn-admission/test/harness/chartrender"
 )
 
 // imageSpec is one image make image builds; container is the chart's
@@ -77,7 +77,7 @@ type expectations struct {
 
 func expect(t *testing.T) expectations {
 	t.Helper()
-	ch, err := chart.Load()
+	ch, err := chartrender.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func imagesUnderTest(t *testing.T) *build {
 			built = &build{dir: dir}
 			return
 		}
-		ch, err := chart.Load()
+		ch, err := chartrender.Load()
 		if err != nil {
 			buildErr = err
 			return
@@ -207,7 +207,7 @@ func chartContainers(t *testing.T) map[string]struct {
 	pod       corev1.PodSpec
 } {
 	t.Helper()
-	rel, err := chart.Render("qn", "qn-system", nil)
+	rel, err := chartrender.Render("qn", "qn-system", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

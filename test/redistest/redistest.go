@@ -232,3 +232,45 @@ func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server.
 func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// FillToMaxmemory writes junk keys (junk:<n>, no expiry) until the server,
+// started with --maxmemory and --maxmemory-policy noeviction, refuses even
+// a one-byte write for want of memory: a user's Redis that is full. A
+// large write can be refused for its own size while a small one still
+// passes, so the last writes are small. Then it lowers maxmemory to half
+// of it: at the limit itself, a client closing its connection frees enough
+// for writes to pass again, and the test would depend on when one does.
+func (s *Server) FillToMaxmemory() {
+	s.t.Helper()
+	c := s.Client()
+	ctx := context.Background()
+	value := string(make([]byte, 1000))
+	for i := 0; ; i++ {
+		err := c.Set(ctx, fmt.Sprintf("junk:%d", i), value, 0).Err()
+		switch {
+		case err == nil:
+		case !isOOM(err):
+			s.t.Fatalf("fill redis-server to its maxmemory: %v", err)
+		case len(value) == 1:
+			limit, err := c.ConfigGet(ctx, "maxmemory").Result()
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			n, err := strconv.ParseInt(limit["maxmemory"], 10, 64)
+			if err != nil || n == 0 {
+				s.t.Fatalf("redis-server has no maxmemory (%q, %v): start it with --maxmemory", limit["maxmemory"], err)
+			}
+			if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(n/2, 10)).Err(); err != nil {
+				s.t.Fatal(err)
+			}
+			return
+		default:
+			value = "x"
+		}
+	}
+}
+
+func isOOM(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && len(re.Error()) > 4 && re.Error()[:4] == "OOM "
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/inventory"
 	"github.com/quantumnode/qn-admission/policies/pattern"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
@@ -55,6 +56,8 @@ type Program struct {
 	// Policies is where the served set comes from; Engine serves it.
 	Policies policies.Source
 	Engine   *policies.Engine
+	// Inventory is the cluster inventory, with --inventory; nil without.
+	Inventory *inventory.Cluster
 	// Shadow judges every request again with --shadow-policy-dir's set,
 	// off the response path; nil without one.
 	Shadow *policies.Shadow
@@ -131,7 +134,7 @@ func Build(ctx context.Context, o *Options, logger *slog.Logger) (_ *Program, er
 		}
 	}()
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, step := range []func(context.Context) error{p.buildTracing, p.buildWindows, p.buildPolicies, p.buildDecisionLog, p.buildShadow, p.buildHandler, p.buildCertificates, p.listen} {
+	for _, step := range []func(context.Context) error{p.buildTracing, p.buildWindows, p.connectInventory, p.buildPolicies, p.buildInventory, p.buildDecisionLog, p.buildShadow, p.buildHandler, p.buildCertificates, p.listen} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -244,7 +247,7 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 		return err
 	}
 	p.Logger.Info("policies loaded", "source", source.Name(), "revision", set.Revision, "roles", set.Roles.Names())
-	p.Engine = policies.NewEngine(set, policies.EngineOptions{Metrics: metrics, Windows: p.Windows})
+	p.Engine = policies.NewEngine(set, policies.EngineOptions{Metrics: metrics, Windows: p.Windows, Inventory: p.policyInventory()})
 	// A failed reload does not make us unready: the last good set keeps
 	// serving, and failing every replica's probe would lock writes out.
 	// Strict health fails after the grace, so a person is paged instead.

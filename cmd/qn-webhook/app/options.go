@@ -132,6 +132,9 @@ type Options struct {
 	// TraceSampleRatio is the share of requests traced when the caller
 	// sent no sampling decision of its own.
 	TraceSampleRatio float64
+
+	// Inventory is the cluster inventory policies read (inventory.go).
+	Inventory InventoryOptions
 }
 
 // LoadOptions are how every policy set of the process loads.
@@ -184,11 +187,13 @@ func NewOptions() *Options {
 		// (docs/benchmarks.md): one in ten keeps the average under 10 %;
 		// the API server's own decision wins.
 		TraceSampleRatio: 0.1,
+		Inventory:        DefaultInventoryOptions(),
 	}
 }
 
 // AddFlags binds the options to fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.Inventory.AddFlags(fs)
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "HTTPS address of the admission webhooks (/validate, /mutate).")
 	fs.StringVar(&o.ProbeAddress, "probe-address", o.ProbeAddress, "Plain-HTTP address of /healthz, /readyz and /metrics.")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "Serving certificate (PEM); re-read when it rotates.")
@@ -292,6 +297,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--strict-cert-min-validity must not be negative, got %s", o.StrictCertMinValidity)
 	}
 	if err := o.Strict.Validate(); err != nil {
+		return err
+	}
+	if err := o.Inventory.Validate(); err != nil {
 		return err
 	}
 	if o.WindowStore == WindowStoreRedis {

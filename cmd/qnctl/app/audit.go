@@ -113,7 +113,7 @@ func runAudit(ctx context.Context, opts *commonOptions, o *auditOptions, file st
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
-	engine := policies.NewEngine(p.Set, policies.EngineOptions{})
+	engine := policies.NewEngine(p.Set, policies.EngineOptions{Inventory: p.Inventory})
 	var nodes []auditedNode
 	for _, n := range stored {
 		res := engine.Audit(ctx, n.Object)

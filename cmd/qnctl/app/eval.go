@@ -255,7 +255,7 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 		} else {
 			hooks = registered
 		}
-		out, err := evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: hooks, Now: now, WindowCount: o.WindowCount, Explain: o.Explain})
+		out, err := evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: hooks, Now: now, WindowCount: o.WindowCount, Explain: o.Explain, Inventory: p.Inventory})
 		if err != nil {
 			return fmt.Errorf("%s: %w", input.Name, err)
 		}

@@ -39,6 +39,8 @@ type evalRequest struct {
 	Now         time.Time
 	WindowCount int
 	Explain     bool
+	// Inventory is what policies read as data.inventory (--inventory).
+	Inventory policies.Inventory
 }
 
 // webhookAnswer is one webhook's answer.
@@ -87,7 +89,7 @@ func evaluate(ctx context.Context, set *policies.Set, r evalRequest) (*outcome, 
 	if err != nil {
 		return nil, err
 	}
-	engine := policies.NewEngine(set, policies.EngineOptions{Windows: newPrefilledStore(r.Now, r.WindowCount)})
+	engine := policies.NewEngine(set, policies.EngineOptions{Windows: newPrefilledStore(r.Now, r.WindowCount), Inventory: r.Inventory})
 	return askWebhooks(ctx, newExplainingDecider(engine, r.Explain), rev.Request, r.Webhook, r.Now)
 }
 

@@ -36,8 +36,45 @@ type explainJSON struct {
 	Rules            []string              `json:"rules,omitempty"`
 	Packages         []packageView         `json:"packages,omitempty"`
 	Patterns         []patternView         `json:"patterns,omitempty"`
+	Policies         []policyView          `json:"policies,omitempty"`
 	Error            string                `json:"error,omitempty"`
 	Trace            string                `json:"trace,omitempty"`
+}
+
+// policyView is one dialect policy's verdicts (a ClusterPolicy's rules).
+type policyView struct {
+	Kind     string           `json:"kind"`
+	Name     string           `json:"name"`
+	Location string           `json:"location"`
+	Rules    []policyRuleView `json:"rules"`
+}
+
+type policyRuleView struct {
+	Rule     string `json:"rule"`
+	Status   string `json:"status"`
+	Action   string `json:"action,omitempty"`
+	Message  string `json:"message,omitempty"`
+	Location string `json:"location"`
+}
+
+func policyViews(x *policies.Explanation) []policyView {
+	var out []policyView
+	for _, pv := range x.Policies {
+		p := pv.Policy
+		v := policyView{Kind: p.Kind(), Name: p.Name(), Location: fmt.Sprintf("%s:%d", p.File(), p.Line()), Rules: []policyRuleView{}}
+		for _, r := range pv.Verdicts {
+			rv := policyRuleView{Rule: r.Rule, Status: r.Status, Message: r.Message, Location: fmt.Sprintf("%s:%d", p.File(), r.Line)}
+			if r.Status == "fail" {
+				rv.Action = "deny"
+				if r.Warn {
+					rv.Action = "warn"
+				}
+			}
+			v.Rules = append(v.Rules, rv)
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // packageView is one package of an explanation: the entries its deny,
@@ -133,6 +170,7 @@ func explanationJSON(p *policySet, a *webhookAnswer, trace string) *explainJSON 
 		OperationAllowed: x.OperationAllowed, StoredRole: x.StoredRole, Refusal: x.Refusal, RoleWarnings: x.Warnings,
 		WindowKey: x.WindowKey, Window: x.Window,
 		Evaluated: x.Evaluated, Rules: x.Rules, Packages: packageViews(x), Patterns: patternViews(x),
+		Policies: policyViews(x),
 	}
 	if x.Exempt == "" {
 		j.RoleFrom, j.RoleLocation = roleFrom(x), p.roleLocation(x)
@@ -406,6 +444,25 @@ func writeRoleSteps(tw *textWriter, p *policySet, x *policies.Explanation) {
 			by = append(by, f.Location+" ("+at+")")
 		}
 		tw.field("  "+pv.Action, pv.Message+"\nby "+strings.Join(by, ", "))
+	}
+	for _, pv := range x.Policies {
+		p := pv.Policy
+		if len(pv.Verdicts) == 0 {
+			tw.line(fmt.Sprintf("  %s %s: no rule applies (%s:%d)", p.Kind(), p.Name(), p.File(), p.Line()))
+			continue
+		}
+		tw.line(fmt.Sprintf("  %s %s", p.Kind(), p.Name()))
+		for _, v := range pv.Verdicts {
+			status := v.Status
+			if v.Status == "fail" && v.Warn {
+				status = "fail (warn: failureAction Audit)"
+			}
+			text := fmt.Sprintf("%s (%s:%d)", status, p.File(), v.Line)
+			if v.Message != "" {
+				text += "\n" + v.Message
+			}
+			tw.field("    rule "+v.Rule, text)
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package app
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -110,5 +112,43 @@ func TestTraceFullIsAReadableRegoTrace(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestExplainShowsAClusterPolicysRules: --explain lists each rule of a
+// role's Kyverno ClusterPolicy with its verdict, file and line, and -o
+// json carries them.
+func TestExplainShowsAClusterPolicysRules(t *testing.T) {
+	roles := strings.Replace(mustRead(t, testPolicies+"/roles.yaml"),
+		"    packages: [demo.nodes, demo.label]\n", "    packages: [demo.nodes, demo.label]\n    policies: [zone]\n", 1)
+	dir := copyDir(t, testPolicies, map[string]string{
+		"roles.yaml": roles,
+		"zone.yaml": "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: zone}\nspec:\n  validationFailureAction: Enforce\n  rules:\n" +
+			"  - name: zone-label\n    match: {resources: {kinds: [QuantumNode]}}\n    validate:\n      message: nodes need a zone\n      pattern: {metadata: {labels: {zone: \"?*\"}}}\n" +
+			"  - name: pods-only\n    match: {resources: {kinds: [Pod]}}\n    validate: {pattern: {spec: {x: 1}}}\n",
+	})
+	node := filepath.Join(t.TempDir(), "node.json")
+	if err := os.WriteFile(node, []byte(demoNode("n9", "arm64", 8080)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run(t, "", "eval", "--policy-dir", dir, "--explain", "--webhook", "validate", "--time", testTime, node)
+	if code != exitFailed {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+	}
+	for _, want := range []string{
+		"  ClusterPolicy zone\n",
+		"rule zone-label fail (zone.yaml:7)",
+		"validation error: nodes need a zone. rule zone-label failed at path /metadata/labels/",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explanation lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "pods-only") {
+		t.Errorf("a rule that does not match the request is listed:\n%s", out)
+	}
+	_, js, _ := run(t, "", "eval", "--policy-dir", dir, "--explain", "--webhook", "validate", "--time", testTime, "-o", "json", node)
+	if !strings.Contains(js, `"kind": "ClusterPolicy"`) || !strings.Contains(js, `"action": "deny"`) {
+		t.Errorf("-o json lacks the policy's rules:\n%s", js)
 	}
 }

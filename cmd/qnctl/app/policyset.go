@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/inventory"
 )
 
 // policySet is a loaded policy directory and where it came from.
@@ -16,6 +17,9 @@ type policySet struct {
 	// Source is the directory as given, or "bundled".
 	Source string
 	Set    *policies.Set
+	// Inventory is --inventory's snapshot, pruned to what the set reads;
+	// nil without it.
+	Inventory policies.Inventory
 }
 
 // loadOptions are the server's load options for these command-line options.
@@ -44,7 +48,15 @@ func loadPolicies(ctx context.Context, dir string, o *commonOptions, skipTests b
 	if err != nil {
 		return nil, err
 	}
-	return &policySet{Source: source.Name(), Set: set}, nil
+	p := &policySet{Source: source.Name(), Set: set}
+	if o.Inventory != "" {
+		snap, err := inventory.LoadSnapshot(o.Inventory, set.Compiled.InventoryReads())
+		if err != nil {
+			return nil, &exitError{code: exitBadInput, err: fmt.Errorf("--inventory: %w", err)}
+		}
+		p.Inventory = snap
+	}
+	return p, nil
 }
 
 // rolesLine is "roles.yaml:N" for a dotted path of the role table.

@@ -46,6 +46,9 @@ type commonOptions struct {
 	AllowNetworkBuiltins bool
 	// PolicyEvalTimeout bounds one policy evaluation.
 	PolicyEvalTimeout time.Duration
+	// Inventory is a snapshot file of stored objects (a List) that
+	// policies read as data.inventory; empty: none.
+	Inventory string
 }
 
 // exitError carries an exit code out of a command whose report is already
@@ -156,6 +159,8 @@ that does not load.`,
 		"Keep http.send, net.lookup_ip_addr and opa.runtime available to Rego (as qn-webhook --allow-network-builtins).")
 	root.PersistentFlags().DurationVar(&opts.PolicyEvalTimeout, "policy-eval-timeout", opts.PolicyEvalTimeout,
 		"Deadline of one policy evaluation (as qn-webhook --policy-eval-timeout).")
+	root.PersistentFlags().StringVar(&opts.Inventory, "inventory", opts.Inventory,
+		"A List of stored objects (kubectl get nodes,quantumnodes -A -o yaml) that policies read as data.inventory, as qn-webhook --inventory keeps them (eval, test, audit).")
 	root.AddCommand(
 		newEvalCommand(opts, s),
 		newTestCommand(opts, s),

@@ -331,7 +331,7 @@ func runCase(ctx context.Context, p *policySet, c *loadedCase) testResult {
 	review, err := c.Spec.reviewBytes()
 	if err == nil {
 		var out *outcome
-		out, err = evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: c.Webhook, Now: c.Now, WindowCount: c.Windows})
+		out, err = evaluate(ctx, p.Set, evalRequest{Review: review, Webhook: c.Webhook, Now: c.Now, WindowCount: c.Windows, Inventory: p.Inventory})
 		if err == nil {
 			tr.Failures = c.check(out)
 			tr.Answer = oneLine(out)

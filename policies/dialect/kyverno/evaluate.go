@@ -288,11 +288,19 @@ type level struct {
 // rule that the old object already failed is skipped (pre-existing
 // violations are allowed unless the rule says allowExistingViolations:
 // false).
-func (r *rule) judge(doc docSource, req *dialect.Request) result {
+func (r *rule) judge(doc docSource, req *dialect.Request) (res result) {
+	// Kyverno's matcher and JMESPath are not ours: if one panics on some
+	// input, the rule could not be judged (an error, which denies under
+	// failurePolicy Fail) and the request goes on.
+	defer func() {
+		if p := recover(); p != nil {
+			res = result{statusError, fmt.Sprintf("validation error: rule %s execution error: %v", r.spec.Name, p)}
+		}
+	}()
 	v := r.spec.Validate
 	top := level{context: r.spec.Context, preconditions: r.spec.Preconditions, deny: v.Deny, pattern: v.Pattern, anyPattern: v.AnyPattern, foreach: v.Foreach}
 	deleting := req.Operation == "DELETE"
-	res := r.validate(doc, top, 0, req.Object, deleting)
+	res = r.validate(doc, top, 0, req.Object, deleting)
 	// In the background the object's state is judged, not a change to it.
 	if res.status != statusFail || r.audit || req.Background || req.Operation != "UPDATE" || req.OldObject == nil || !r.existingViolationsAllowed {
 		return res
@@ -620,6 +628,20 @@ func cloneMap(m map[string]any) map[string]any {
 	out := make(map[string]any, len(m))
 	for k, v := range m {
 		out[k] = v
+	}
+	return out
+}
+
+// Verdicts is what each rule that matches req made of it, for qnctl eval
+// --explain.
+func (p *Policy) Verdicts(ctx context.Context, req *dialect.Request) []dialect.Verdict {
+	lines := map[string]int{}
+	for _, r := range p.rules {
+		lines[r.spec.Name] = r.line
+	}
+	var out []dialect.Verdict
+	for _, r := range p.Results(ctx, req) {
+		out = append(out, dialect.Verdict{Rule: r.Rule, Status: string(r.Status), Message: r.Message, Warn: r.Audit, Line: lines[r.Rule]})
 	}
 	return out
 }

@@ -72,11 +72,7 @@ func Parse(d dialect.Document) (*Policy, *problem.Problem) {
 	errAt := func(line int, path, format string, args ...any) *problem.Problem {
 		return &problem.Problem{File: d.File, Line: line, Path: path, Message: fmt.Sprintf(format, args...)}
 	}
-	var tree any
-	if err := d.Node.Decode(&tree); err != nil {
-		return nil, errAt(d.Line, "", "cannot read the %s: %v", d.Kind, err)
-	}
-	raw, err := json.Marshal(jsonable(tree))
+	raw, err := d.JSON()
 	if err != nil {
 		return nil, errAt(d.Line, "", "cannot read the %s: %v", d.Kind, err)
 	}
@@ -258,28 +254,6 @@ func checkForEach(f *foreach, refuse refuser, at string) *problem.Problem {
 		}
 	}
 	return nil
-}
-
-// jsonable turns YAML's decoded maps into JSON's.
-func jsonable(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			t[k] = jsonable(x)
-		}
-		return t
-	case map[any]any:
-		m := make(map[string]any, len(t))
-		for k, x := range t {
-			m[fmt.Sprint(k)] = jsonable(x)
-		}
-		return m
-	case []any:
-		for i, x := range t {
-			t[i] = jsonable(x)
-		}
-	}
-	return v
 }
 
 func lastPart(field string) string {

@@ -1,0 +1,36 @@
+package admissionpolicy_test
+
+import (
+	"testing"
+
+	"github.com/quantumnode/qn-admission/policies/dialect"
+)
+
+// BenchmarkEvaluate is one QuantumNode request judged by one policy: the
+// matching, the parameters, the CEL (variables, validations, message
+// expressions) and the findings.
+func BenchmarkEvaluate(b *testing.B) {
+	pols := read(b, map[string]string{"p.yaml": agreementPolicies})
+	admitted := qnRequest("CREATE", quantumNode("n1", map[string]string{"team": "ops"}, "arm64", 8883), nil)
+	denied := qnRequest("CREATE", quantumNode("n1", map[string]string{"team": "ops"}, "amd64", 80), nil)
+	for _, c := range []struct {
+		name, policy string
+		req          *dialect.Request
+		findings     int
+	}{
+		{"params_admitted", "allowed-arch", admitted, 0},
+		{"params_denied", "allowed-arch", denied, 1},
+		{"matchConditions_admitted", "ports", admitted, 0},
+		{"matchConditions_denied", "ports", denied, 1},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p := pols[c.policy]
+			b.ReportAllocs()
+			for b.Loop() {
+				if got := evaluate(p, c.req); len(got) != c.findings {
+					b.Fatalf("%+v", got)
+				}
+			}
+		})
+	}
+}
