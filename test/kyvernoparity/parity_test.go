@@ -368,6 +368,8 @@ func copyFolder(t *testing.T, src string) string {
 // RULE on RESOURCE (OPERATION)", with the reason. An entry that no longer
 // differs fails the test: remove it.
 var knownDifferences = map[string]string{
+	"anchors-and-subjects: restrict-host-ports rule host-ports-none on v1/Pod/default/plain (DELETE)":                deleteForeach,
+	"anchors-and-subjects: restrict-host-ports rule host-ports-none on v1/Pod/default/host-port (DELETE)":            deleteForeach,
 	"disallow-latest-tag: disallow-latest-tag rule validate-image-tag on v1/Pod/default/no-tag (DELETE)":             deleteForeach,
 	"disallow-latest-tag: disallow-latest-tag rule validate-image-tag on v1/Pod/default/latest-tag (DELETE)":         deleteForeach,
 	"disallow-latest-tag: disallow-latest-tag rule validate-image-tag on v1/Pod/default/latest-init (DELETE)":        deleteForeach,

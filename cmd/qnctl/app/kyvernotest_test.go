@@ -38,11 +38,11 @@ func TestTestRunsKyvernoTestFolders(t *testing.T) {
 			dir:      kyvernoFolders,
 			wantCode: exitOK,
 			want: []string{
-				"Kyverno tests: 7 files",
+				"Kyverno tests: 8 files",
 				"PASS  kyverno require-labels/check-for-labels v1/Pod/default/badpod01  (testdata/kyverno/require-labels/kyverno-test.yaml:10)",
 				"PASS  kyverno require-run-as-nonroot/autogen-cronjob-run-as-non-root batch/v1/CronJob/default/root-cron",
 				"PASS  kyverno qn-prod/qn-require-owner/owner-label qn.dev/v1alpha1/QuantumNode/qn-prod/core-2",
-				"PASS: 51 Kyverno rows: 51 passed, 0 failed",
+				"PASS: 57 Kyverno rows: 57 passed, 0 failed",
 			},
 		},
 		"a row that disagrees fails and says its policy, rule, resource, the result expected and got, and the message": {
