@@ -388,10 +388,12 @@ const (
 	// list reads it finds nothing ("optional field not found, skipping")
 	// and the rule gives no verdict; qnctl judges the old object.
 	deleteForeach = "DELETE: a foreach over request.object gives no verdict in Kyverno"
-	// On UPDATE (object and oldObject the same resource, as Kyverno's CLI
-	// sends it) Kyverno's engine reports an Enforce rule that fails both
-	// as failed; qnctl skips it as a pre-existing violation.
-	updateExisting = "UPDATE: Kyverno fails, qnctl skips a pre-existing violation"
+	// On UPDATE Kyverno's engine skips an Enforce rule that fails on the
+	// object and the old object alike (a pre-existing violation), and
+	// qnctl agrees, but not for a rule with preconditions: Kyverno's
+	// check of the old object (validateOldObject, matchResource) never
+	// matches such a rule, so it reports the failure; qnctl skips it.
+	updateExisting = "UPDATE with preconditions: Kyverno fails, qnctl skips a pre-existing violation"
 )
 
 // Kyverno's own CLI test folders (its module's test/cli/test) run through
