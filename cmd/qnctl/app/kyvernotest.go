@@ -31,11 +31,9 @@ const kyvernoTestAPI = "cli.kyverno.io/v1alpha1"
 
 // kyvernoTest is one document of a kyverno-test.yaml.
 type kyvernoTest struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Metadata   kyvernoMeta `json:"metadata"`
 	// Name is the older format's test name.
 	Name      string             `json:"name"`
 	Policies  []string           `json:"policies"`
@@ -58,6 +56,16 @@ type kyvernoTest struct {
 	ClusterResources     []string          `json:"clusterResources"`
 	APICallResponses     []json.RawMessage `json:"apiCallResponses"`
 	GlobalContextEntries []json.RawMessage `json:"globalContextEntries"`
+}
+
+// kyvernoMeta is a file's metadata: Kyverno's CLI takes a whole
+// ObjectMeta and reads only the name.
+type kyvernoMeta map[string]any
+
+// name is metadata.name.
+func (m kyvernoMeta) name() string {
+	n, _ := m["name"].(string)
+	return n
 }
 
 // kyvernoRow is one expected result: a policy's rule on resources.
@@ -132,23 +140,19 @@ type kyvernoNamespaceVals struct {
 // kyvernoValuesFile is a values file: cli.kyverno.io/v1alpha1 Values, or
 // the older format without apiVersion.
 type kyvernoValuesFile struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
+	APIVersion        string      `json:"apiVersion"`
+	Kind              string      `json:"kind"`
+	Metadata          kyvernoMeta `json:"metadata"`
 	kyvernoValuesSpec `json:",inline"`
 }
 
 // kyvernoUserInfoFile is a userinfo file: the requester of every request.
 type kyvernoUserInfoFile struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	Roles        []string `json:"roles"`
-	ClusterRoles []string `json:"clusterRoles"`
+	APIVersion   string      `json:"apiVersion"`
+	Kind         string      `json:"kind"`
+	Metadata     kyvernoMeta `json:"metadata"`
+	Roles        []string    `json:"roles"`
+	ClusterRoles []string    `json:"clusterRoles"`
 	UserInfo     struct {
 		Username string              `json:"username"`
 		UID      string              `json:"uid"`
@@ -171,8 +175,8 @@ type kyvernoTestDoc struct {
 
 // Name is the test's name for reports.
 func (d *kyvernoTestDoc) Name() string {
-	if d.Spec.Metadata.Name != "" {
-		return d.Spec.Metadata.Name
+	if n := d.Spec.Metadata.name(); n != "" {
+		return n
 	}
 	if d.Spec.Name != "" {
 		return d.Spec.Name

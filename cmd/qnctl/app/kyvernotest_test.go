@@ -70,6 +70,11 @@ func TestTestRunsKyvernoTestFolders(t *testing.T) {
 			wantCode: exitOK,
 			want:     []string{"PASS  kyverno require-labels/check-for-labels v1/Pod/shop/goodpod01", "PASS: 1 Kyverno row: 1 passed, 0 failed"},
 		},
+		"metadata beyond the name is accepted, as Kyverno's CLI takes a whole ObjectMeta": {
+			dir:      folder(strings.Replace(head, "  name: t\n", "  name: t\n  labels: {team: web}\n", 1) + row("check-for-labels", "badpod01", "fail")),
+			wantCode: exitOK,
+			want:     []string{"PASS: 1 Kyverno row: 1 passed, 0 failed"},
+		},
 		"a row without rule checks every rule of its policy on every resource": {
 			dir:      folder(head + "- policy: require-labels\n  kind: Pod\n  resources: [badpod01, badpod02]\n  result: fail\n"),
 			wantCode: exitOK,
