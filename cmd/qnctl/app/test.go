@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/quantumnode/qn-admission/internal/words"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -26,10 +27,12 @@ type testOptions struct {
 	Verbose  bool
 	// AllowEmpty exits 0 when no Rego test and no fixture case ran.
 	AllowEmpty bool
+	// KyvernoFile is the name of Kyverno's test files under DIR.
+	KyvernoFile string
 }
 
 func newTestCommand(opts *commonOptions, s Streams) *cobra.Command {
-	o := &testOptions{Output: outputText}
+	o := &testOptions{Output: outputText, KyvernoFile: kyvernoTestFile}
 	cmd := &cobra.Command{
 		Use:   "test [DIR]",
 		Short: "Run a policy directory's Rego unit tests and fixture cases",
@@ -44,10 +47,25 @@ operation, role, old object, time, window count) and the decision it must get
 webhook's own answer path, as qnctl eval does. Fixture files are the *.yaml
 files under DIR/fixtures, or --fixtures (a directory or a file).
 
-Exit codes: 0 every test and case passed, 1 one failed, 2 the policy directory
-or a fixture file does not load, or nothing ran: no Rego test and no fixture
-case, or --run matched none (unless --allow-empty: a green run of nothing
-proves nothing).`,
+Kyverno test folders under DIR run too, unchanged: every kyverno-test.yaml
+(cli.kyverno.io/v1alpha1 Test, or the older format without apiVersion) is
+run as kyverno test runs it. Its ClusterPolicies and Policies are read by
+the reader qn-webhook uses, each resource is judged as a CREATE (or the
+row's operation) by each policy, and each results row (policy, rule,
+resources, result: pass, fail, skip, warn or error) is compared with the
+verdict; a row that disagrees fails and says its policy, rule, resource,
+the result expected and got, and the rule's message. Values files give
+request.operation, request.object.* and request.oldObject.* values; what
+needs a cluster or is not a validate rule (mutate and generate rows,
+payloads, exceptions, API call mocks, rule values, namespaceSelector) is
+refused, naming the file. A DIR without roles.yaml that holds Kyverno
+tests runs only those. docs/policies.md ("Kyverno test folders") says
+more.
+
+Exit codes: 0 every test and case passed, 1 one failed, 2 the policy directory,
+a fixture file or a Kyverno test does not load, or nothing ran: no Rego test,
+no fixture case and no Kyverno row, or --run matched none (unless
+--allow-empty: a green run of nothing proves nothing).`,
 		Example: `  # The bundled policies and their fixture cases
   qnctl test rego/bundle --fixtures test/fixtures/bundled
 
@@ -55,7 +73,10 @@ proves nothing).`,
   qnctl test ./policies -o junit > report.xml
 
   # Only the cases and tests whose name matches
-  qnctl test ./policies --run 'realtime'`,
+  qnctl test ./policies --run 'realtime'
+
+  # Kyverno test folders (each with a kyverno-test.yaml), as kyverno test runs them
+  qnctl test ./kyverno-tests`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := ""
@@ -74,6 +95,7 @@ proves nothing).`,
 	f.StringVar(&o.Run, "run", "", "Run only the Rego tests and cases whose name matches this regular expression.")
 	f.BoolVarP(&o.Verbose, "verbose", "v", false, "Also print the answer of every fixture case.")
 	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "Exit 0 when no Rego test and no fixture case ran (none exist, or --run matched none).")
+	f.StringVar(&o.KyvernoFile, "kyverno-file-name", o.KyvernoFile, "The file name of Kyverno tests under DIR (kyverno test --file-name).")
 	_ = cmd.MarkFlagDirname("fixtures")
 	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletion(outputText, outputJSON, outputJUnit))
 	return cmd
@@ -81,7 +103,7 @@ proves nothing).`,
 
 // testResult is one Rego test or fixture case.
 type testResult struct {
-	// Kind is "rego" or "fixture".
+	// Kind is "rego", "fixture" or "kyverno" (a row of a Kyverno test).
 	Kind string `json:"kind"`
 	// Suite is the Rego package or the fixture file.
 	Suite    string `json:"suite"`
@@ -100,13 +122,16 @@ type testResult struct {
 type testReport struct {
 	Policies policiesJSON `json:"policies"`
 	Fixtures string       `json:"fixtures,omitempty"`
-	Results  []testResult `json:"results"`
-	Summary  testSummary  `json:"summary"`
+	// Kyverno are the Kyverno test files run.
+	Kyverno []string     `json:"kyvernoTests,omitempty"`
+	Results []testResult `json:"results"`
+	Summary testSummary  `json:"summary"`
 }
 
 type testSummary struct {
 	RegoTests     int           `json:"regoTests"`
 	FixtureCases  int           `json:"fixtureCases"`
+	KyvernoRows   int           `json:"kyvernoRows,omitempty"`
 	Passed        int           `json:"passed"`
 	Failed        int           `json:"failed"`
 	Skipped       int           `json:"skipped"`
@@ -126,6 +151,18 @@ func runTest(ctx context.Context, opts *commonOptions, o *testOptions, dir strin
 		var err error
 		if filter, err = regexp.Compile(o.Run); err != nil {
 			return usagef("--run %q is not a regular expression: %v", o.Run, err)
+		}
+	}
+	// Kyverno tests under DIR run beside the policy directory's tests, or
+	// alone when DIR is no policy directory.
+	var kyv *kyvernoTests
+	if dir != "" && hasKyvernoTests(dir, o.KyvernoFile) {
+		var err error
+		if kyv, err = runKyvernoTests(ctx, dir, o.KyvernoFile, filter); err != nil {
+			return err
+		}
+		if o.Fixtures == "" && !isPolicyDirectory(dir) {
+			return finishTest(o, &testReport{}, kyv, start, w, dir)
 		}
 	}
 	fixtures := o.Fixtures
@@ -191,6 +228,18 @@ func runTest(ctx context.Context, opts *commonOptions, o *testOptions, dir strin
 		report.Results = append(report.Results, runCase(ctx, p, c))
 		report.Summary.FixtureCases++
 	}
+	return finishTest(o, report, kyv, start, w, dir, nothingTested(p, fixtures, o.Run, len(regoResults), len(cases)))
+}
+
+// finishTest adds the Kyverno rows to the report, writes it and returns
+// the exit: 2 when a Kyverno test does not load or nothing ran, 1 when a
+// test failed. nothing says why no Rego test or fixture case ran.
+func finishTest(o *testOptions, report *testReport, kyv *kyvernoTests, start time.Time, w io.Writer, dir string, nothing ...string) error {
+	if kyv != nil {
+		report.Kyverno = kyv.Files
+		report.Results = append(report.Results, kyv.Results...)
+		report.Summary.KyvernoRows = len(kyv.Results)
+	}
 	for _, r := range report.Results {
 		switch {
 		case r.Skipped:
@@ -225,11 +274,21 @@ func runTest(ctx context.Context, opts *commonOptions, o *testOptions, dir strin
 			return err
 		}
 	}
+	if kyv != nil && len(kyv.Errors) > 0 {
+		return &exitError{code: exitBadInput, err: fmt.Errorf("%s not load:\n%s", words.Count(len(kyv.Errors), "Kyverno test does", "Kyverno tests do"), strings.Join(kyv.Errors, "\n"))}
+	}
 	if report.Summary.Failed > 0 {
 		return failed()
 	}
 	if len(report.Results) == 0 && !o.AllowEmpty {
-		return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was tested: %s; --allow-empty accepts that", nothingTested(p, fixtures, o.Run, len(regoResults), len(cases)))}
+		why := strings.Join(nothing, "")
+		if kyv != nil {
+			why = fmt.Sprintf("the Kyverno tests under %s have no results rows", dir)
+			if o.Run != "" {
+				why = fmt.Sprintf("--run %q matched none of the Kyverno tests' rows under %s", o.Run, dir)
+			}
+		}
+		return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was tested: %s; --allow-empty accepts that", why)}
 	}
 	return nil
 }
@@ -414,6 +473,13 @@ func writeTestText(w io.Writer, r *testReport, verbose bool) error {
 	if r.Fixtures != "" {
 		head += ", fixtures " + r.Fixtures
 	}
+	kyvernoOnly := r.Policies.Source == "" && len(r.Kyverno) > 0
+	switch {
+	case kyvernoOnly:
+		head = "Kyverno tests: " + words.Count(len(r.Kyverno), "file")
+	case len(r.Kyverno) > 0:
+		head += ", Kyverno tests: " + words.Count(len(r.Kyverno), "file")
+	}
 	tw.line(head)
 	for _, res := range r.Results {
 		status := "PASS"
@@ -443,7 +509,14 @@ func writeTestText(w io.Writer, r *testReport, verbose bool) error {
 	case len(r.Results) == 0:
 		verdict = "NOTHING RAN"
 	}
-	line := fmt.Sprintf("%s: %d Rego tests, %d fixture cases: %d passed, %d failed", verdict, s.RegoTests, s.FixtureCases, s.Passed, s.Failed)
+	counts := fmt.Sprintf("%d Rego tests, %d fixture cases", s.RegoTests, s.FixtureCases)
+	switch {
+	case kyvernoOnly:
+		counts = words.Count(s.KyvernoRows, "Kyverno row")
+	case len(r.Kyverno) > 0:
+		counts += ", " + words.Count(s.KyvernoRows, "Kyverno row")
+	}
+	line := fmt.Sprintf("%s: %s: %d passed, %d failed", verdict, counts, s.Passed, s.Failed)
 	if s.Skipped > 0 {
 		line += fmt.Sprintf(", %d skipped", s.Skipped)
 	}
