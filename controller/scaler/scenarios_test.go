@@ -14,6 +14,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -326,7 +327,7 @@ func TestPrometheusStoppedReportsTheMetricThenAppliesTheFallback(t *testing.T) {
 	prom.Stop()
 	stopped := time.Now()
 	sc := s.waitForCondition("web", qnv1alpha1.ScalerMetricAvailable, metav1.ConditionFalse, string(QueryUnreachable), 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message, "connection refused") {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message, "connection refused") {
 		t.Errorf("MetricAvailable message %q does not say why", c.Message)
 	}
 	if d, _, _ := s.replicas("web"); d != 2 {
@@ -436,7 +437,7 @@ func TestAPausedScalerNeverWrites(t *testing.T) {
 	if d, _, _ := s.replicas("web"); d != 2 {
 		t.Fatalf("%d replicas while paused, want 2", d)
 	}
-	if c := findCondition(s.get("web"), qnv1alpha1.ScalerMetricAvailable); c == nil || c.Reason != qnv1alpha1.ScalerReasonNotQueried {
+	if c := meta.FindStatusCondition(s.get("web").Status.Conditions, qnv1alpha1.ScalerMetricAvailable); c == nil || c.Reason != qnv1alpha1.ScalerReasonNotQueried {
 		t.Errorf("MetricAvailable = %+v, want NotQueried while paused", c)
 	}
 	// The pause was what held it: lifting it scales at once.
@@ -477,7 +478,7 @@ func TestDeletingTheTargetGivesAConditionNotACrashLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, qnv1alpha1.ScalerReasonTargetNotFound, 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); c.Message != "Deployment web not found in namespace "+s.ns+": create it or fix scaleTargetRef; the scaler retries every poll" {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerAbleToScale); c.Message != "Deployment web not found in namespace "+s.ns+": create it or fix scaleTargetRef; the scaler retries every poll" {
 		t.Errorf("AbleToScale message %q", c.Message)
 	}
 	// Polled every second, without errors (no backoff, no error log per poll).
@@ -509,7 +510,7 @@ func TestATargetThatCannotScaleIsNamed(t *testing.T) {
 	} {
 		s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Name, sc.Spec.ScaleTargetRef = name, tt.ref }))
 		sc := s.waitForCondition(name, qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, tt.wantReason, 10*time.Second)
-		if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, tt.wantMsg) {
+		if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, tt.wantMsg) {
 			t.Errorf("%s: message %q, want %q", name, c.Message, tt.wantMsg)
 		}
 	}
@@ -530,7 +531,7 @@ func TestAnotherAutoscalerOfTheTargetIsReportedNotFought(t *testing.T) {
 	s.create(hpa)
 	s.create(s.scaler())
 	sc := s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, qnv1alpha1.ScalerReasonConflictingScaler, 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, "HorizontalPodAutoscaler web-cpu also scale Deployment web") {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, "HorizontalPodAutoscaler web-cpu also scale Deployment web") {
 		t.Errorf("AbleToScale message %q", c.Message)
 	}
 	if d := sc.Status.LastDecision; d == nil || !strings.HasPrefix(d.Reason, "not written: another scaler owns the target; value 50 > upper 15") {
@@ -540,7 +541,7 @@ func TestAnotherAutoscalerOfTheTargetIsReportedNotFought(t *testing.T) {
 	time.Sleep(time.Second) // a later creationTimestamp (whole seconds)
 	s.create(s.scaler(func(sc *qnv1alpha1.HorizontalQNScaler) { sc.Name = "web-second" }))
 	sc = s.waitForCondition("web-second", qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, qnv1alpha1.ScalerReasonConflictingScaler, 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, "HorizontalQNScaler web (older), HorizontalPodAutoscaler web-cpu also scale") {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, "HorizontalQNScaler web (older), HorizontalPodAutoscaler web-cpu also scale") {
 		t.Errorf("the second scaler's message %q", c.Message)
 	}
 	time.Sleep(3 * time.Second)
@@ -554,7 +555,7 @@ func TestAnotherAutoscalerOfTheTargetIsReportedNotFought(t *testing.T) {
 	s.waitForReplicas("web", 4, 10*time.Second)
 	s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionTrue, qnv1alpha1.ScalerReasonReadyForNewScale, 10*time.Second)
 	testharness.WaitFor(t, 10*time.Second, "the second scaler yields to the first alone", func() error {
-		c := findCondition(s.get("web-second"), qnv1alpha1.ScalerAbleToScale)
+		c := meta.FindStatusCondition(s.get("web-second").Status.Conditions, qnv1alpha1.ScalerAbleToScale)
 		if c == nil || c.Reason != qnv1alpha1.ScalerReasonConflictingScaler || !strings.HasPrefix(c.Message, "HorizontalQNScaler web (older) also scale") {
 			return fmt.Errorf("AbleToScale %+v", c)
 		}
@@ -578,7 +579,7 @@ func TestAKEDAScaledObjectOfTheTargetIsReportedNotFought(t *testing.T) {
 	s.create(scaledObject)
 	s.create(s.scaler())
 	sc := s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, qnv1alpha1.ScalerReasonConflictingScaler, 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.HasPrefix(c.Message, "ScaledObject web-keda also scale Deployment web") {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerAbleToScale); !strings.HasPrefix(c.Message, "ScaledObject web-keda also scale Deployment web") {
 		t.Errorf("AbleToScale message %q", c.Message)
 	}
 	testharness.WaitFor(t, 10*time.Second, "a ConflictingScaler event", func() error {
@@ -630,7 +631,7 @@ func TestKEDAInstalledAfterTheControllerStartedIsSeen(t *testing.T) {
 		"spec":     map[string]any{"scaleTargetRef": map[string]any{"name": "web"}},
 	}})
 	sc := s.waitForCondition("web", qnv1alpha1.ScalerAbleToScale, metav1.ConditionFalse, qnv1alpha1.ScalerReasonConflictingScaler, 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.HasPrefix(c.Message, "ScaledObject web-keda also scale Deployment web") {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerAbleToScale); !strings.HasPrefix(c.Message, "ScaledObject web-keda also scale Deployment web") {
 		t.Errorf("AbleToScale message %q", c.Message)
 	}
 }
@@ -684,15 +685,6 @@ func TestABadSpecIsRefusedWithTheFieldNamed(t *testing.T) {
 	}
 }
 
-func findCondition(sc *qnv1alpha1.HorizontalQNScaler, typ string) *metav1.Condition {
-	for i := range sc.Status.Conditions {
-		if sc.Status.Conditions[i].Type == typ {
-			return &sc.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // A scaler that names its figure (qnMetric.name) is told in that name:
 // its decision's reason, its event and qn_scaler_value's metric label.
 func TestANamedFigureIsCalledByItsNameInStatusEventsAndMetrics(t *testing.T) {
@@ -711,7 +703,7 @@ func TestANamedFigureIsCalledByItsNameInStatusEventsAndMetrics(t *testing.T) {
 	if d := sc.Status.LastDecision; d == nil || d.Reason != reason {
 		t.Errorf("lastDecision = %+v, want the reason %q", d, reason)
 	}
-	if c := findCondition(sc, qnv1alpha1.ScalerMetricAvailable); c == nil || !strings.HasPrefix(c.Message, "http_queue_length: ") {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerMetricAvailable); c == nil || !strings.HasPrefix(c.Message, "http_queue_length: ") {
 		t.Errorf("MetricAvailable = %+v, want its message to name the figure", c)
 	}
 	testharness.WaitFor(t, 10*time.Second, "a ScaledUp event naming the figure", func() error {

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,7 +85,7 @@ func TestAStatefulSetAndACustomResourceAreScaledThroughTheirScale(t *testing.T) 
 		if d := sc.Status.LastDecision; d == nil || d.Action != qnv1alpha1.ActionScaleUp || d.Reason != "value 50 > upper 15: +2 replicas (2 → 4)" {
 			t.Errorf("%s: lastDecision = %+v", name, d)
 		}
-		if c := findCondition(sc, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, fmt.Sprintf("the scale of %s %s can be read and written", targets[name].Kind, name)) {
+		if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerAbleToScale); !strings.Contains(c.Message, fmt.Sprintf("the scale of %s %s can be read and written", targets[name].Kind, name)) {
 			t.Errorf("%s: AbleToScale message %q", name, c.Message)
 		}
 	}
@@ -132,7 +133,7 @@ func TestTheBearerTokenAndCAOfTheScalersSecretReachPrometheus(t *testing.T) {
 	// The Secret does not exist yet: named, and nothing is written.
 	scaler("web", qnv1alpha1.SecretRef{Name: "prometheus-auth", TokenKey: "bearer", CAKey: "ca.pem"})
 	sc := s.waitForCondition("web", qnv1alpha1.ScalerMetricAvailable, metav1.ConditionFalse, string(QueryAuthUnreadable), 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message,
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message,
 		fmt.Sprintf(`read Secret %s/prometheus-auth of qnMetric.authSecretRef: secrets "prometheus-auth" not found`, s.ns)) {
 		t.Errorf("MetricAvailable message %q", c.Message)
 	}
@@ -152,7 +153,7 @@ func TestTheBearerTokenAndCAOfTheScalersSecretReachPrometheus(t *testing.T) {
 	secret("wrong-token", map[string]string{"token": "expired", "ca.crt": string(bundle.CAPEM)})
 	scaler("wrong-token", qnv1alpha1.SecretRef{Name: "wrong-token"})
 	sc = s.waitForCondition("wrong-token", qnv1alpha1.ScalerMetricAvailable, metav1.ConditionFalse, string(QueryRejected), 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message,
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message,
 		gateway.URL+" refused the query's credentials (HTTP 401 Unauthorized, a bearer token was sent)") {
 		t.Errorf("MetricAvailable message %q", c.Message)
 	}
@@ -165,7 +166,7 @@ func TestTheBearerTokenAndCAOfTheScalersSecretReachPrometheus(t *testing.T) {
 	secret("no-ca", map[string]string{"token": token})
 	scaler("no-ca", qnv1alpha1.SecretRef{Name: "no-ca"})
 	sc = s.waitForCondition("no-ca", qnv1alpha1.ScalerMetricAvailable, metav1.ConditionFalse, string(QueryUnreachable), 10*time.Second)
-	if c := findCondition(sc, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message, "certificate signed by unknown authority") {
+	if c := meta.FindStatusCondition(sc.Status.Conditions, qnv1alpha1.ScalerMetricAvailable); !strings.Contains(c.Message, "certificate signed by unknown authority") {
 		t.Errorf("MetricAvailable message %q", c.Message)
 	}
 	for _, name := range []string{"wrong-token", "no-ca"} {

@@ -29,11 +29,26 @@ func String(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
+	return head(s, max)
+}
+
+// Bytes is String for bytes (a body, a line of a file), copying only the
+// head it keeps.
+func Bytes(b []byte, max int) string {
+	if len(b) <= max {
+		return string(b)
+	}
+	return head(b, max)
+}
+
+// head is s's longest head within max bytes that ends on a whole UTF-8
+// character, and the marker counting the bytes cut.
+func head[T string | []byte](s T, max int) string {
 	cut := max
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + "…(+" + strconv.Itoa(len(s)-cut) + " bytes)"
+	return string(s[:cut]) + "…(+" + strconv.Itoa(len(s)-cut) + " bytes)"
 }
 
 // Middle is String for sentences: it keeps the head and the tail of s (a

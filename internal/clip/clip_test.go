@@ -75,3 +75,13 @@ func TestStrings(t *testing.T) {
 		})
 	}
 }
+
+func TestBytesIsStringForBytes(t *testing.T) {
+	for _, s := range []string{"", "short", strings.Repeat("x", 200), strings.Repeat("é", 100)} {
+		for _, max := range []int{0, 1, 5, 120, 300} {
+			if got, want := Bytes([]byte(s), max), String(s, max); got != want {
+				t.Errorf("Bytes(%d bytes, %d) = %q, want String's %q", len(s), max, got, want)
+			}
+		}
+	}
+}

@@ -13,7 +13,12 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/quantumnode/qn-admission/internal/clip"
 )
+
+// lineBytes is how much of /proc's pressure file an error quotes.
+const lineBytes = 120
 
 // Paths are the PSI files tried in order: the cgroup's own (cgroup v2,
 // what a container's tasks wait for, throttling included) and the
@@ -119,7 +124,7 @@ func (m *Monitor) read() (time.Duration, error) {
 func SomeTotal(psi []byte) (uint64, error) {
 	line, _, _ := bytes.Cut(psi, []byte("\n"))
 	if !bytes.HasPrefix(line, []byte("some ")) {
-		return 0, fmt.Errorf("no \"some\" line first in %q", clip(psi))
+		return 0, fmt.Errorf("no \"some\" line first in %q", clip.Bytes(psi, lineBytes))
 	}
 	for _, field := range bytes.Fields(line[len("some "):]) {
 		if v, ok := bytes.CutPrefix(field, []byte("total=")); ok {
@@ -130,12 +135,5 @@ func SomeTotal(psi []byte) (uint64, error) {
 			return total, nil
 		}
 	}
-	return 0, fmt.Errorf("no total= in the \"some\" line %q", clip(line))
-}
-
-func clip(b []byte) string {
-	if len(b) > 120 {
-		return string(b[:120]) + "…"
-	}
-	return string(b)
+	return 0, fmt.Errorf("no total= in the \"some\" line %q", clip.Bytes(line, lineBytes))
 }

@@ -10,6 +10,8 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/quantumnode/qn-admission/internal/clip"
 )
 
 // managedByLabel is what the bundled mutating policy adds.
@@ -38,21 +40,21 @@ type Checker struct {
 // wrong otherwise.
 func (c *Checker) Check(call Call, uid string, status int, contentType string, body []byte) error {
 	if status != http.StatusOK {
-		return fmt.Errorf("%s: HTTP %d, want 200: %s", call, status, clip(body))
+		return fmt.Errorf("%s: HTTP %d, want 200: %s", call, status, clip.Bytes(body, bodyBytes))
 	}
 	if !strings.HasPrefix(contentType, "application/json") {
 		return fmt.Errorf("%s: Content-Type %q, want application/json", call, contentType)
 	}
 	var rev admissionv1.AdmissionReview
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &rev); err != nil {
-		return fmt.Errorf("%s: answer is not an AdmissionReview: %v: %s", call, err, clip(body))
+		return fmt.Errorf("%s: answer is not an AdmissionReview: %v: %s", call, err, clip.Bytes(body, bodyBytes))
 	}
 	if rev.APIVersion != "admission.k8s.io/v1" || rev.Kind != "AdmissionReview" {
 		return fmt.Errorf("%s: answer is apiVersion %q kind %q, want admission.k8s.io/v1 AdmissionReview", call, rev.APIVersion, rev.Kind)
 	}
 	r := rev.Response
 	if r == nil {
-		return fmt.Errorf("%s: answer has no response: %s", call, clip(body))
+		return fmt.Errorf("%s: answer has no response: %s", call, clip.Bytes(body, bodyBytes))
 	}
 	if string(r.UID) != uid {
 		return fmt.Errorf("%s: response.uid %q, want the request's %q", call, r.UID, uid)
@@ -72,7 +74,7 @@ func (c *Checker) Check(call Call, uid string, status int, contentType string, b
 		}
 	}
 	if !r.Allowed && (r.Result == nil || r.Result.Message == "") {
-		return fmt.Errorf("%s: a denial without a message: %s", call, clip(body))
+		return fmt.Errorf("%s: a denial without a message: %s", call, clip.Bytes(body, bodyBytes))
 	}
 	if c.Revision != "" && r.AuditAnnotations["revision"] != c.Revision {
 		return fmt.Errorf("%s: answered by policy revision %q, want the served set's %q", call, r.AuditAnnotations["revision"], c.Revision)
@@ -131,10 +133,5 @@ func (c *Checker) checkPatch(f *Fixture, patch []byte) error {
 	return nil
 }
 
-func clip(b []byte) string {
-	const max = 300
-	if len(b) > max {
-		return string(b[:max]) + "…"
-	}
-	return string(b)
-}
+// bodyBytes is how much of an answer an error quotes.
+const bodyBytes = 300
