@@ -368,15 +368,6 @@ func copyFolder(t *testing.T, src string) string {
 // RULE on RESOURCE (OPERATION)", with the reason. An entry that no longer
 // differs fails the test: remove it.
 var knownDifferences = map[string]string{
-	"anchors-and-subjects: restrict-host-ports rule host-ports-none on v1/Pod/default/plain (DELETE)":                deleteForeach,
-	"anchors-and-subjects: restrict-host-ports rule host-ports-none on v1/Pod/default/host-port (DELETE)":            deleteForeach,
-	"disallow-latest-tag: disallow-latest-tag rule validate-image-tag on v1/Pod/default/no-tag (DELETE)":             deleteForeach,
-	"disallow-latest-tag: disallow-latest-tag rule validate-image-tag on v1/Pod/default/latest-tag (DELETE)":         deleteForeach,
-	"disallow-latest-tag: disallow-latest-tag rule validate-image-tag on v1/Pod/default/latest-init (DELETE)":        deleteForeach,
-	"disallow-latest-tag: disallow-latest-tag rule validate-image-tag on v1/Pod/default/pinned (DELETE)":             deleteForeach,
-	"quantumnode: qn-no-privileged-ports rule service-ports on qn.dev/v1alpha1/QuantumNode/default/edge-1 (DELETE)":  deleteForeach,
-	"quantumnode: qn-no-privileged-ports rule service-ports on qn.dev/v1alpha1/QuantumNode/default/edge-2 (DELETE)":  deleteForeach,
-	"quantumnode: qn-no-privileged-ports rule service-ports on qn.dev/v1alpha1/QuantumNode/qn-prod/core-1 (DELETE)":  deleteForeach,
 	"preconditions: require-requests-limits rule validate-resources on v1/Pod/default/prod-no-limits (UPDATE)":       updateExisting,
 	"preconditions: require-requests-limits rule memory-limit-at-most-4gi on v1/Pod/default/prod-no-limits (UPDATE)": updateExisting,
 	"preconditions: require-requests-limits rule memory-limit-at-most-4gi on v1/Pod/default/staging-big (UPDATE)":    updateExisting,
@@ -384,10 +375,6 @@ var knownDifferences = map[string]string{
 
 // The reasons of the known differences.
 const (
-	// On DELETE Kyverno's engine has no request.object: a foreach whose
-	// list reads it finds nothing ("optional field not found, skipping")
-	// and the rule gives no verdict; qnctl judges the old object.
-	deleteForeach = "DELETE: a foreach over request.object gives no verdict in Kyverno"
 	// On UPDATE Kyverno's engine skips an Enforce rule that fails on the
 	// object and the old object alike (a pre-existing violation), and
 	// qnctl agrees, but not for a rule with preconditions: Kyverno's
@@ -447,15 +434,10 @@ func firstLine(s string) string {
 // knownCLITestFailures are the rows of Kyverno's own CLI tests that
 // qnctl answers otherwise today, keyed "folder: policy/rule resource".
 var knownCLITestFailures = map[string]string{
-	"foreach-preconditions: enforce-limits-fraction/check-memory-requests-limits v1/Pod/default/frontend1": quantityArithmetic,
-	"foreach-preconditions: enforce-limits-fraction/check-memory-requests-limits v1/Pod/default/frontend2": quantityArithmetic,
-	"restrict-something: restrict-something/validate-some-foo v1/Pod/foo/nginx-foo":                        imagesVariable,
+	"restrict-something: restrict-something/validate-some-foo v1/Pod/foo/nginx-foo": imagesVariable,
 }
 
 const (
-	// Kyverno's divide (and its other arithmetic) takes quantities
-	// ('300Mi'); qnctl's refuses them as not numbers.
-	quantityArithmetic = "arithmetic on quantities"
 	// {{ images.containers.*.registry }} is a list of registries in
 	// Kyverno; qnctl's images variable gives another answer.
 	imagesVariable = "the images variable"

@@ -435,11 +435,10 @@ func (r *rule) validateForEach(doc docSource, list []foreach, nesting int, resou
 	var listErr error
 	for i := range list {
 		fe := &list[i]
-		expr := strings.TrimSpace(fe.List)
-		if deleting {
-			expr = strings.ReplaceAll(expr, "request.object", "request.oldObject")
-		}
-		found, err := doc().query(expr)
+		// A list is a JMESPath, not a variable: Kyverno does not read the
+		// old object for request.object on DELETE here, so a list over
+		// request.object finds nothing to judge.
+		found, err := doc().query(strings.TrimSpace(fe.List))
 		if err != nil {
 			if strings.Contains(err.Error(), "Unknown key") {
 				continue

@@ -17,6 +17,7 @@ import (
 	gojmespath "github.com/kyverno/go-jmespath"
 	"github.com/kyverno/kyverno/ext/wildcard"
 	"golang.org/x/mod/semver"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	sigsyaml "sigs.k8s.io/yaml"
 )
@@ -65,7 +66,10 @@ var (
 	jpString = []gojmespath.JpType{gojmespath.JpString}
 	jpNumber = []gojmespath.JpType{gojmespath.JpNumber}
 	jpArray  = []gojmespath.JpType{gojmespath.JpArray}
-	jpObject = []gojmespath.JpType{gojmespath.JpObject}
+	// jpNumberOrString: a number, or a quantity or duration written as a
+	// string ('300Mi', '1h').
+	jpNumberOrString = []gojmespath.JpType{gojmespath.JpNumber, gojmespath.JpString}
+	jpObject         = []gojmespath.JpType{gojmespath.JpObject}
 )
 
 func args(types ...[]gojmespath.JpType) []gojmespath.ArgSpec {
@@ -157,12 +161,7 @@ var kyvernoFunctions = []gojmespath.FunctionEntry{
 	arithmetic("add", func(a, b float64) (float64, error) { return a + b, nil }),
 	arithmetic("subtract", func(a, b float64) (float64, error) { return a - b, nil }),
 	arithmetic("multiply", func(a, b float64) (float64, error) { return a * b, nil }),
-	arithmetic("divide", func(a, b float64) (float64, error) {
-		if b == 0 {
-			return 0, errors.New("zero divisor")
-		}
-		return a / b, nil
-	}),
+	gojmespath.FunctionEntry{Name: "divide", Arguments: args(jpNumberOrString, jpNumberOrString), Handler: divide},
 	arithmetic("modulo", func(a, b float64) (float64, error) {
 		if b == 0 || a != math.Trunc(a) || b != math.Trunc(b) {
 			return 0, errors.New("modulo needs a non-zero integer divisor and an integer dividend")
@@ -396,4 +395,42 @@ func unsupportedFunctions(expr string) []string {
 		}
 	}
 	return out
+}
+
+// divide is Kyverno's: numbers, or two quantities ('300Mi', '100Mi') or
+// two durations ('1h', '30m') whose ratio is a number.
+func divide(a []any) (any, error) {
+	x, y, err := sameUnits(a[0], a[1])
+	if err != nil {
+		return nil, err
+	}
+	if y == 0 {
+		return nil, errors.New("zero divisor")
+	}
+	return x / y, nil
+}
+
+// sameUnits reads two operands as numbers: both numbers, both quantities
+// or both durations.
+func sameUnits(a, b any) (float64, float64, error) {
+	fa, aNum := a.(float64)
+	fb, bNum := b.(float64)
+	if aNum && bNum {
+		return fa, fb, nil
+	}
+	sa, aStr := a.(string)
+	sb, bStr := b.(string)
+	if aStr && bStr {
+		if da, err := time.ParseDuration(sa); err == nil {
+			if db, err := time.ParseDuration(sb); err == nil {
+				return float64(da), float64(db), nil
+			}
+		}
+		qa, errA := resource.ParseQuantity(sa)
+		qb, errB := resource.ParseQuantity(sb)
+		if errA == nil && errB == nil {
+			return qa.AsApproximateFloat64(), qb.AsApproximateFloat64(), nil
+		}
+	}
+	return 0, 0, fmt.Errorf("operands %v and %v are not two numbers, two quantities or two durations", a, b)
 }
