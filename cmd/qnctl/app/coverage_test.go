@@ -52,9 +52,17 @@ func TestBundledFixturesCoverEveryRuleAndRole(t *testing.T) {
 			}
 		}
 	}
+	// A package no role lists (bundled off, as qn.nodeclaim until the
+	// inventory is on) never judges a request: its own Rego tests cover it.
+	listed := map[string]bool{}
+	for _, r := range set.Roles.Roles {
+		for _, pkg := range r.Packages {
+			listed[pkg] = true
+		}
+	}
 	var missing []string
 	for path, mod := range set.Compiled.Modules() {
-		if strings.HasSuffix(path, "_test.rego") {
+		if strings.HasSuffix(path, "_test.rego") || !listed[strings.TrimPrefix(mod.Package.Path.String(), "data.")] {
 			continue
 		}
 		for _, r := range mod.Rules {
