@@ -14,17 +14,13 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/quantumnode/qn-admission/policies"
@@ -61,7 +57,7 @@ const DefaultPublishInterval = 100 * time.Millisecond
 type Cluster struct {
 	opts    ClusterOptions
 	dynamic dynamic.Interface
-	mapper  meta.ResettableRESTMapper
+	finder  *resourceFinder
 	doc     *document
 
 	mu      sync.Mutex
@@ -105,14 +101,14 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(opts.Config)
+	finder, err := newResourceFinder(opts.Config)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
 	return &Cluster{
 		opts:    opts,
 		dynamic: dyn,
-		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		finder:  finder,
 		doc:     newDocument(),
 		watches: map[schema.GroupVersionKind]*kindWatch{},
 	}, nil
@@ -139,10 +135,9 @@ func (c *Cluster) Ensure(kinds []policies.InventoryKind, reads rego.InventoryRea
 			continue
 		}
 		gvk := gv.WithKind(k.Kind)
-		mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		resource, namespaced, err := c.finder.find(gvk)
 		if err != nil {
-			c.mapper.Reset() // a CRD installed since: ask discovery again next time
-			if meta.IsNoMatchError(err) {
+			if errors.Is(err, errNotServed) {
 				unserved = true
 				problems = append(problems, fmt.Sprintf("%s:%d: inventory kind %s: the API server does not serve it (%v); install its CRD or fix apiVersion and kind", policies.RolesFile, k.Line, k, err))
 			} else {
@@ -158,7 +153,7 @@ func (c *Cluster) Ensure(kinds []policies.InventoryKind, reads rego.InventoryRea
 			}
 			c.stop(w)
 		}
-		w := &kindWatch{kind: k, gvk: gvk, resource: mapping.Resource, namespaced: mapping.Scope.Name() == meta.RESTScopeNameNamespace, fields: fields}
+		w := &kindWatch{kind: k, gvk: gvk, resource: resource, namespaced: namespaced, fields: fields}
 		c.watches[gvk] = w
 		if c.ctx != nil {
 			c.start(w)

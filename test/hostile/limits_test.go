@@ -75,7 +75,7 @@ func manyAtOnce(t *testing.T, path string, concurrent int, bound uint64, annotat
 	}
 	s.normalStillWorks()
 	st := s.memoryUnder(bound)
-	t.Logf("%d concurrent %.1f MiB reviews on %s of 2×(256 services, %d labels, %d KiB of annotations): answers by code %v; RSS %.1f MiB, peak %.1f MiB", concurrent, float64(len(body))/(1<<20), path, len(labels), annotationCount*annotationBytes>>10, codes, mib(st.RSS), mib(st.HWM))
+	t.Logf("%d concurrent %.1f MiB reviews on %s of 2×(256 services, %d labels, %d KiB of annotations): answers by code %v; RSS %.1f MiB, peak %.1f MiB, anonymous peak %.1f MiB", concurrent, float64(len(body))/(1<<20), path, len(labels), annotationCount*annotationBytes>>10, codes, mib(st.RSS), mib(st.HWM), mib(s.peakAnon.Load()))
 }
 
 // TestRepeatedServiceValuesAreJudgedWithinTheDeadline: only a direct caller
