@@ -232,7 +232,11 @@ func (p *Program) buildPolicies(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	engine := policies.NewEngine(set, policies.EngineOptions{Metrics: metrics})
+	// The background audit's policies read the inventory from the
+	// controller's own cache of QuantumNodes and Nodes.
+	inv := &audit.CacheInventory{Reader: p.Manager.GetCache()}
+	engine := policies.NewEngine(set, policies.EngineOptions{Metrics: metrics, Inventory: inv})
+	inv.Engine = engine
 	if err := p.Manager.Add(everyReplica(func(ctx context.Context) error { return source.Run(ctx, engine) })); err != nil {
 		return fmt.Errorf("add the policy watcher: %w", err)
 	}
