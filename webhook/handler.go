@@ -58,7 +58,6 @@ func (WholeObjects) ObjectReadsForKind(policies.GroupVersionKind) *policies.Obje
 // Current implements Decider: no policy set.
 func (WholeObjects) Current() *policies.Set { return nil }
 
-
 // HandlerOptions configure the admission HTTP handler.
 type HandlerOptions struct {
 	// MaxRequestBytes caps a request body (413 above). Default 7 MiB.

@@ -81,9 +81,9 @@ type comparison struct {
 	// baseInventory and proposedInventory are --inventory's snapshot,
 	// each pruned to what its set reads; nil without it.
 	baseInventory, proposedInventory policies.Inventory
-	mu             sync.Mutex
-	flips          []flip
-	inputs         []*inputReport
+	mu                               sync.Mutex
+	flips                            []flip
+	inputs                           []*inputReport
 	// seq numbers what is judged in input order, so flips found by
 	// parallel workers are reported in that order.
 	seq int
