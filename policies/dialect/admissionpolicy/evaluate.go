@@ -69,6 +69,9 @@ func (p *Policy) File() string { return p.file }
 // Line implements dialect.Policy.
 func (p *Policy) Line() int { return p.line }
 
+// Namespace is a NamespacedValidatingPolicy's namespace; "" for others.
+func (p *Policy) Namespace() string { return p.namespace }
+
 // Rules implements dialect.Policy: one rule per validation.
 func (p *Policy) Rules() []dialect.Rule { return p.rules }
 
