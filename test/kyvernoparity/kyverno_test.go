@@ -36,6 +36,8 @@ type folder struct {
 	resources []*unstructured.Unstructured
 	values    *v1alpha1.ValuesSpec
 	userInfo  *kyvernov2.RequestInfo
+	// cel are its ValidatingPolicies and ValidatingAdmissionPolicies.
+	cel celPolicies
 }
 
 // verdict is one rule's result on one resource under one operation.
@@ -46,6 +48,9 @@ type verdict struct {
 	Resource *unstructured.Unstructured
 	Status   string // pass, fail, warn, error, skip
 	Message  string
+	// CEL: the verdict of a CEL policy, whose one result answers a row
+	// whatever rule it names.
+	CEL bool
 }
 
 // label is the resource as qnctl and Kyverno's CLI print it.
@@ -136,6 +141,11 @@ func loadFolder(testFile string) (*folder, error) {
 			docs, err := documents(path)
 			if err != nil {
 				return nil, err
+			}
+			if src, _ := os.ReadFile(path); bytes.Contains(src, []byte("policies.kyverno.io/")) || bytes.Contains(src, []byte("admissionregistration.k8s.io/")) {
+				if err := f.cel.load(path); err != nil {
+					return nil, err
+				}
 			}
 			for _, d := range docs {
 				var tm struct{ Kind string }
@@ -329,7 +339,11 @@ func (f *folder) judge(op string) ([]verdict, error) {
 			}
 		}
 	}
-	return out, nil
+	cel, err := f.judgeCEL(op)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, cel...), nil
 }
 
 // policyContext is the request Kyverno's CLI builds for one resource and

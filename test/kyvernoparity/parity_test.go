@@ -154,7 +154,7 @@ func checkRow(f *folder, row v1alpha1.TestResult, vs []verdict) (int, []string) 
 		var got []verdict
 		for _, v := range vs {
 			if v.Resource == r && v.Policy[strings.LastIndex(v.Policy, "/")+1:] == policy &&
-				(row.Rule == "" || slices.Contains([]string{row.Rule, "autogen-" + row.Rule, "autogen-cronjob-" + row.Rule}, v.Rule)) {
+				(row.Rule == "" || v.CEL || slices.Contains([]string{row.Rule, "autogen-" + row.Rule, "autogen-cronjob-" + row.Rule}, v.Rule)) {
 				got = append(got, v)
 			}
 		}
@@ -186,6 +186,7 @@ type genRow struct {
 // qnctl too.
 func TestQnctlAgreesWithKyverno(t *testing.T) {
 	total, excluded, knownSeen := 0, 0, 0
+	celTotal, celExcluded := 0, 0
 	for _, dir := range testFolders(t, fixtures) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			f, err := loadFolder(filepath.Join(dir, "kyverno-test.yaml"))
@@ -232,6 +233,10 @@ func TestQnctlAgreesWithKyverno(t *testing.T) {
 					if !strings.HasPrefix(got[0].Answer, "excluded:") {
 						differs = fmt.Sprintf("Kyverno's engine does not apply the rule, qnctl answers %q", got[0].Answer)
 					}
+				case strings.HasPrefix(got[0].Answer, "excluded:"):
+					// An excluded row passes whatever it expects: that
+					// proves nothing.
+					differs = fmt.Sprintf("Kyverno's engine says %q, qnctl does not apply the rule", row.Status+": "+row.Message)
 				default:
 					want := row.Status
 					if row.Message != "" {
@@ -252,8 +257,14 @@ func TestQnctlAgreesWithKyverno(t *testing.T) {
 				case differs != "":
 				case row.Excluded:
 					excluded++
+					if row.CEL {
+						celExcluded++
+					}
 				default:
 					total++
+					if row.CEL {
+						celTotal++
+					}
 				}
 				reason, known := knownDifferences[key]
 				switch {
@@ -268,7 +279,7 @@ func TestQnctlAgreesWithKyverno(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("qnctl agrees with Kyverno's engine on %d verdicts and %d rules that do not apply; %d known differences", total, excluded, knownSeen)
+	t.Logf("qnctl agrees with Kyverno's engine on %d verdicts and %d rules that do not apply (of which ValidatingPolicies and ValidatingAdmissionPolicies: %d verdicts, %d policies that do not apply); %d known differences", total, excluded, celTotal, celExcluded, knownSeen)
 }
 
 // excludedRows are a row for every rule of every policy that Kyverno's
@@ -286,6 +297,12 @@ func excludedRows(f *folder, op string, vs []verdict) []*genRow {
 					continue
 				}
 				out = append(out, &genRow{verdict: verdict{Op: op, Policy: policyLabel(p), Rule: rule.Name, Resource: r, Status: "pass"}, Excluded: true})
+			}
+		}
+		// A CEL policy has no rules: one row for the policy.
+		for _, name := range f.cel.names() {
+			if !slices.ContainsFunc(vs, func(v verdict) bool { return v.Resource == r && v.CEL && v.Policy == name }) {
+				out = append(out, &genRow{verdict: verdict{Op: op, Policy: name, Resource: r, Status: "pass", CEL: true}, Excluded: true})
 			}
 		}
 	}
@@ -393,10 +410,20 @@ func TestKyvernoOwnCLITests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -m github.com/kyverno/kyverno: %v", err)
 	}
-	root := filepath.Join(strings.TrimSpace(string(out)), "test", "cli", "test")
+	cli := filepath.Join(strings.TrimSpace(string(out)), "test", "cli")
+	root := filepath.Join(cli, "test")
+	var dirs []string
+	// Its folders of ValidatingPolicies and ValidatingAdmissionPolicies
+	// too, named from test/cli.
+	for _, r := range []string{root, filepath.Join(cli, "test-validating-policy"), filepath.Join(cli, "test-validating-admission-policy")} {
+		dirs = append(dirs, testFolders(t, r)...)
+	}
 	loaded, refused, rows := 0, 0, 0
-	for _, dir := range testFolders(t, root) {
+	for _, dir := range dirs {
 		name, _ := filepath.Rel(root, dir)
+		if strings.HasPrefix(name, "..") {
+			name, _ = filepath.Rel(cli, dir)
+		}
 		results, code, stderr := runQnctl(t, dir)
 		if code == 2 {
 			refused++

@@ -20,6 +20,7 @@ import (
 	"github.com/quantumnode/qn-admission/internal/problem"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/dialect"
+	"github.com/quantumnode/qn-admission/policies/dialect/admissionpolicy"
 	"github.com/quantumnode/qn-admission/policies/dialect/kyverno"
 )
 
@@ -52,11 +53,16 @@ type kyvernoJudged struct {
 	policies []*kyverno.Policy
 	// unscored are the policies annotated policies.kyverno.io/scored:
 	// "false", whose failures Kyverno's reports (and its test) call warn.
-	unscored  map[*kyverno.Policy]bool
+	unscored map[*kyverno.Policy]bool
+	// cel are the test's ValidatingPolicies and ValidatingAdmissionPolicies,
+	// judged as kyvernocel.go says.
+	cel       []*admissionpolicy.Policy
 	resources []*kyvernoResource
 	values    *kyvernoValuesSpec
 	user      *kyvernoUserInfoFile
 	verdicts  map[verdictKey][]kyverno.RuleResult
+	// celResults are the CEL policies' results (policy indexes j.cel).
+	celResults map[verdictKey]celResult
 }
 
 type verdictKey struct {
@@ -67,9 +73,9 @@ type verdictKey struct {
 // loadKyvernoTest reads a test's policies, resources, values and
 // userinfo; an error names the file and what is not supported.
 func loadKyvernoTest(doc *kyvernoTestDoc) (*kyvernoJudged, error) {
-	j := &kyvernoJudged{doc: doc, verdicts: map[verdictKey][]kyverno.RuleResult{}}
+	j := &kyvernoJudged{doc: doc, verdicts: map[verdictKey][]kyverno.RuleResult{}, celResults: map[verdictKey]celResult{}}
 	var err error
-	if j.policies, j.unscored, err = loadKyvernoPolicies(doc); err != nil {
+	if j.policies, j.cel, j.unscored, err = loadKyvernoPolicies(doc); err != nil {
 		return nil, err
 	}
 	for _, p := range doc.Spec.Resources {
@@ -118,45 +124,56 @@ func loadKyvernoTest(doc *kyvernoTestDoc) (*kyvernoJudged, error) {
 	return j, nil
 }
 
-// loadKyvernoPolicies reads the ClusterPolicies and Policies of a test's
-// policy files with the reader the server uses. A document of another
-// policy API is refused; other documents are left alone, as Kyverno's CLI
-// leaves them.
-func loadKyvernoPolicies(doc *kyvernoTestDoc) ([]*kyverno.Policy, map[*kyverno.Policy]bool, error) {
-	reader := kyverno.Reader{}
-	var docs []dialect.Document
+// loadKyvernoPolicies reads the ClusterPolicies and Policies, and the
+// ValidatingPolicies and ValidatingAdmissionPolicies (with their
+// bindings), of a test's policy files with the readers the server uses.
+// A document of another policy API is refused; other documents are left
+// alone, as Kyverno's CLI leaves them.
+func loadKyvernoPolicies(doc *kyvernoTestDoc) ([]*kyverno.Policy, []*admissionpolicy.Policy, map[*kyverno.Policy]bool, error) {
+	reader, celReader := kyverno.Reader{}, admissionpolicy.Reader{}
+	var docs, celDocs []dialect.Document
 	var problems problem.Problems
 	for _, p := range doc.Spec.Policies {
 		path, err := doc.testPath(p)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		files, err := yamlFilesUnder(path)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: policies: %w", doc.Path, unwrapPathError(err))
+			return nil, nil, nil, fmt.Errorf("%s: policies: %w", doc.Path, unwrapPathError(err))
 		}
 		for _, f := range files {
 			src, err := readFileBounded(f)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			found, err := dialect.Documents(f, src)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: not valid YAML: %v", f, err)
+				return nil, nil, nil, fmt.Errorf("%s: not valid YAML: %v", f, err)
 			}
 			for _, d := range found {
 				switch {
 				case slices.Contains(reader.Kinds(), dialect.Key(d.APIVersion, d.Kind)):
 					docs = append(docs, d)
+				case slices.Contains(celReader.Kinds(), dialect.Key(d.APIVersion, d.Kind)):
+					celDocs = append(celDocs, d)
 				case slices.Contains(dialect.PolicyGroups, d.Group()):
 					problems = append(problems, &problem.Problem{File: d.File, Line: d.Line, Path: "kind",
-						Message: fmt.Sprintf("%s %s: not supported in a Kyverno test folder: qnctl test runs ClusterPolicies and Policies (kyverno.io/v1, v2beta1)", d.APIVersion, d.Kind)})
+						Message: fmt.Sprintf("%s %s: not supported in a Kyverno test folder: qnctl test runs ClusterPolicies and Policies (kyverno.io/v1, v2beta1), ValidatingPolicies (policies.kyverno.io) and ValidatingAdmissionPolicies", d.APIVersion, d.Kind)})
 				}
 			}
 		}
 	}
 	read, broken := reader.Read(docs)
 	problems = append(problems, broken...)
+	var cel []*admissionpolicy.Policy
+	if len(celDocs) > 0 {
+		celRead, broken := celReader.Read(celDocs)
+		problems = append(problems, broken...)
+		for _, p := range celRead {
+			cel = append(cel, p.(*admissionpolicy.Policy))
+		}
+	}
 	if len(problems) > 0 {
 		msgs := make([]string, len(problems))
 		for i, p := range problems {
@@ -165,7 +182,7 @@ func loadKyvernoPolicies(doc *kyvernoTestDoc) ([]*kyverno.Policy, map[*kyverno.P
 				msgs[i] += " (" + p.Hint + ")"
 			}
 		}
-		return nil, nil, fmt.Errorf("%s: its policies do not load:\n  %s", doc.Path, strings.Join(msgs, "\n  "))
+		return nil, nil, nil, fmt.Errorf("%s: its policies do not load:\n  %s", doc.Path, strings.Join(msgs, "\n  "))
 	}
 	out := make([]*kyverno.Policy, 0, len(read))
 	unscored := map[*kyverno.Policy]bool{}
@@ -178,10 +195,10 @@ func loadKyvernoPolicies(doc *kyvernoTestDoc) ([]*kyverno.Policy, map[*kyverno.P
 			}
 		}
 	}
-	if len(out) == 0 {
-		return nil, nil, fmt.Errorf("%s: policies: no ClusterPolicy or Policy in %s", doc.Path, strings.Join(doc.Spec.Policies, ", "))
+	if len(out) == 0 && len(cel) == 0 {
+		return nil, nil, nil, fmt.Errorf("%s: policies: no ClusterPolicy, Policy, ValidatingPolicy or ValidatingAdmissionPolicy in %s", doc.Path, strings.Join(doc.Spec.Policies, ", "))
 	}
-	return out, unscored, nil
+	return out, cel, unscored, nil
 }
 
 // annotation is metadata.annotations[key] of a document.
@@ -361,8 +378,16 @@ func (j *kyvernoJudged) judge(ctx context.Context, op string, ri, pi int) []kyve
 	if res, ok := j.verdicts[key]; ok {
 		return res
 	}
-	r, p := j.resources[ri], j.policies[pi]
-	vals := j.resourceValues(p.Name(), r.Name)
+	res := j.policies[pi].Results(ctx, j.request(op, j.resources[ri], j.policies[pi].Name()))
+	j.verdicts[key] = res
+	return res
+}
+
+// request is resource r as a request of operation op ("" is the values'
+// request.operation, else CREATE) to the named policy, changed by the
+// values the policy is given for it.
+func (j *kyvernoJudged) request(op string, r *kyvernoResource, policy string) *dialect.Request {
+	vals := j.resourceValues(policy, r.Name)
 	if op == "" {
 		op, _ = vals["request.operation"].(string)
 	}
@@ -407,9 +432,7 @@ func (j *kyvernoJudged) judge(ctx context.Context, op string, ri, pi int) []kyve
 		}
 		req.DryRun = u.DryRun
 	}
-	res := p.Results(ctx, req)
-	j.verdicts[key] = res
-	return res
+	return req
 }
 
 // setValuePath sets a dotted path (Kyverno's: fields split on ".", quoted
@@ -490,6 +513,9 @@ func (j *kyvernoJudged) row(ctx context.Context, i int) []testResult {
 		rowName += "/" + r.Rule
 	}
 	pols := j.rowPolicies(r.Policy)
+	if cel := j.rowCELPolicies(r.Policy); len(cel) > 0 && len(pols) == 0 {
+		return j.celRow(ctx, i, base, cel)
+	}
 	if len(pols) == 0 {
 		return fail(rowName, fmt.Sprintf("policy %q is not among the test's policies (%s)", r.Policy, j.policyNames()))
 	}
@@ -630,7 +656,7 @@ func ruleNames(p *kyverno.Policy) string {
 }
 
 // policyLabel is a policy as a row names it: namespace/name for a Policy.
-func policyLabel(p *kyverno.Policy) string {
+func policyLabel(p namedPolicy) string {
 	if p.Namespace() != "" {
 		return p.Namespace() + "/" + p.Name()
 	}
@@ -638,9 +664,12 @@ func policyLabel(p *kyverno.Policy) string {
 }
 
 func (j *kyvernoJudged) policyNames() string {
-	names := make([]string, len(j.policies))
-	for i, p := range j.policies {
-		names[i] = policyLabel(p)
+	names := make([]string, 0, len(j.policies)+len(j.cel))
+	for _, p := range j.policies {
+		names = append(names, policyLabel(p))
+	}
+	for _, p := range j.cel {
+		names = append(names, policyLabel(p))
 	}
 	return strings.Join(names, ", ")
 }

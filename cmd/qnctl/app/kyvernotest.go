@@ -83,7 +83,10 @@ type kyvernoRow struct {
 	Namespace string `json:"namespace"`
 	Status    string `json:"status"`
 
-	// Refused: what mutate, generate and the CEL policy kinds need.
+	// Refused: what mutate, generate and the CEL policy kinds other than
+	// ValidatingPolicy and ValidatingAdmissionPolicy need. The two flags
+	// of those are read and not needed: Kyverno's CLI knows a CEL policy
+	// by its kind.
 	PatchedResources            string   `json:"patchedResources"`
 	PatchedResource             string   `json:"patchedResource"`
 	GeneratedResource           string   `json:"generatedResource"`
@@ -329,7 +332,7 @@ func (d *kyvernoTestDoc) check() error {
 	}
 	for _, f := range sortedKeys(refused) {
 		if refused[f] {
-			return fmt.Errorf("%s: %s: not supported: qnctl test runs ClusterPolicies' and Policies' validate rules on resources, without a cluster, payloads, exceptions or mocked API calls", at, f)
+			return fmt.Errorf("%s: %s: not supported: qnctl test runs ClusterPolicies' and Policies' validate rules, ValidatingPolicies and ValidatingAdmissionPolicies on resources, without a cluster, parameters, payloads, exceptions or mocked API calls", at, f)
 		}
 	}
 	if len(s.Policies) == 0 {
@@ -371,8 +374,8 @@ func (d *kyvernoTestDoc) checkRow(i int, old bool) error {
 		return fmt.Errorf("%s: patchedResources: not supported: qnctl judges validate rules, not mutations", at)
 	case r.GeneratedResource != "" || len(r.GeneratedResources) > 0 || r.CloneSourceResource != "":
 		return fmt.Errorf("%s: generatedResource: not supported: qnctl judges validate rules, not generate rules", at)
-	case r.IsValidatingAdmissionPolicy || r.IsMutatingAdmissionPolicy || r.IsValidatingPolicy || r.IsDeletingPolicy || r.IsImageValidatingPolicy || r.IsGeneratingPolicy || r.IsMutatingPolicy:
-		return fmt.Errorf("%s: a row of a CEL policy kind: not supported: qnctl test runs the rows of ClusterPolicies and Policies", at)
+	case r.IsMutatingAdmissionPolicy || r.IsDeletingPolicy || r.IsImageValidatingPolicy || r.IsGeneratingPolicy || r.IsMutatingPolicy:
+		return fmt.Errorf("%s: a row of a MutatingAdmissionPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy or ImageValidatingPolicy: not supported: qnctl test runs the rows of ClusterPolicies, Policies, ValidatingPolicies and ValidatingAdmissionPolicies", at)
 	case r.Policy == "":
 		return fmt.Errorf("%s: policy: required", at)
 	}

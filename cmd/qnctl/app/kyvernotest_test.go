@@ -38,11 +38,13 @@ func TestTestRunsKyvernoTestFolders(t *testing.T) {
 			dir:      kyvernoFolders,
 			wantCode: exitOK,
 			want: []string{
-				"Kyverno tests: 8 files",
+				"Kyverno tests: 10 files",
 				"PASS  kyverno require-labels/check-for-labels v1/Pod/default/badpod01  (testdata/kyverno/require-labels/kyverno-test.yaml:10)",
 				"PASS  kyverno require-run-as-nonroot/autogen-cronjob-run-as-non-root batch/v1/CronJob/default/root-cron",
 				"PASS  kyverno qn-prod/qn-require-owner/owner-label qn.dev/v1alpha1/QuantumNode/qn-prod/core-2",
-				"PASS: 57 Kyverno rows: 57 passed, 0 failed",
+				"PASS  kyverno require-run-as-nonroot v1/Pod/default/exempt-pod  (testdata/kyverno/vpol-pods/kyverno-test.yaml:",
+				"PASS  kyverno qn-vap-owner-label/qn-vap-owner-label qn.dev/v1alpha1/QuantumNode/qn-prod/core-2",
+				"PASS: 95 Kyverno rows: 95 passed, 0 failed",
 			},
 		},
 		"a row that disagrees fails and says its policy, rule, resource, the result expected and got, and the message": {
@@ -177,6 +179,80 @@ func TestTestKyvernoJSONNamesEachRow(t *testing.T) {
 	want := "fail: Service CART_SERVICE (12 characters, starts Cart) must match ^[a-z]+-[0-9]+$."
 	if !strings.HasPrefix(answer, want) {
 		t.Errorf("answer %q, want it to start %q", answer, want)
+	}
+}
+
+// The rows of ValidatingPolicies and ValidatingAdmissionPolicies read as
+// Kyverno's CLI reports them: one result per policy and resource.
+func TestTestRunsKyvernoCELRows(t *testing.T) {
+	pods := filepath.Join(kyvernoFolders, "vpol-pods")
+	policies := readTestFile(t, filepath.Join(pods, "policies.yaml"))
+	resources := readTestFile(t, filepath.Join(pods, "resource.yaml"))
+	folder := func(rows string, extra ...string) string {
+		edits := map[string]string{"policies.yaml": policies, "resource.yaml": resources,
+			"kyverno-test.yaml": "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata:\n  name: t\npolicies: [policies.yaml]\nresources: [resource.yaml]\nresults:\n" + rows}
+		for i := 0; i+1 < len(extra); i += 2 {
+			edits[extra[i]] = extra[i+1]
+		}
+		return copyDir(t, t.TempDir(), edits)
+	}
+	row := func(policy, resource, result string) string {
+		return "- isValidatingPolicy: true\n  policy: " + policy + "\n  kind: Pod\n  resources: [" + resource + "]\n  result: " + result + "\n"
+	}
+	cases := map[string]struct {
+		dir      string
+		wantCode int
+		want     []string
+		wantErr  []string
+	}{
+		"a row that disagrees says the result expected and got, with the message": {
+			dir:      folder(row("disallow-latest-tag", "untagged-pod", "pass")),
+			wantCode: exitFailed,
+			want:     []string{"FAIL  kyverno disallow-latest-tag v1/Pod/default/untagged-pod", "want pass, got fail: every image needs a tag: nginx, sidecar"},
+		},
+		"the rule a row names does not matter: a CEL policy has one result": {
+			dir:      folder("- policy: require-limits\n  rule: anything\n  resources: [untagged-pod]\n  result: fail\n"),
+			wantCode: exitOK,
+			want:     []string{"PASS  kyverno require-limits v1/Pod/default/untagged-pod"},
+		},
+		"match conditions that leave the resource out skip it": {
+			dir:      folder(row("require-run-as-nonroot", "exempt-pod", "skip")),
+			wantCode: exitOK,
+		},
+		"match constraints that leave the resource out pass the row as excluded": {
+			dir:      folder(row("require-team-label", "latest-pod", "fail")),
+			wantCode: exitOK,
+			want:     []string{"PASS: 1 Kyverno row"},
+		},
+		"a CEL policy kind qnctl does not judge is refused at load": {
+			dir:      folder("- isMutatingPolicy: true\n  policy: p\n  result: pass\n"),
+			wantCode: exitBadInput,
+			wantErr:  []string{"results[0]: a row of a MutatingAdmissionPolicy, MutatingPolicy"},
+		},
+		"a ValidatingPolicy that needs a cluster is refused with its file and line": {
+			dir: folder(row("require-limits", "untagged-pod", "fail"),
+				"policies.yaml", policies+"---\napiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: lookup}\nspec:\n  matchConstraints:\n    resourceRules:\n    - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}\n  validations:\n  - expression: \"resource.Get('v1', 'configmaps', 'default', 'x') != null\"\n"),
+			wantCode: exitBadInput,
+			wantErr:  []string{"its policies do not load", "policies.yaml:"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := run(t, "", "test", tc.dir, "-v")
+			if code != tc.wantCode {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, out, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errOut)
+				}
+			}
+		})
 	}
 }
 

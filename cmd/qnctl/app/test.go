@@ -54,7 +54,9 @@ the reader qn-webhook uses, each resource is judged as a CREATE (or the
 row's operation) by each policy, and each results row (policy, rule,
 resources, result: pass, fail, skip, warn or error) is compared with the
 verdict; a row that disagrees fails and says its policy, rule, resource,
-the result expected and got, and the rule's message. Values files give
+the result expected and got, and the rule's message. ValidatingPolicies
+and ValidatingAdmissionPolicies give one result per resource, as Kyverno's
+CLI reports them (the row's rule aside). Values files give
 request.operation, request.object.* and request.oldObject.* values; what
 needs a cluster or is not a validate rule (mutate and generate rows,
 payloads, exceptions, API call mocks, rule values, namespaceSelector) is

@@ -200,7 +200,7 @@ func (c *checker) compile(spec *admissionregistrationv1.ValidatingAdmissionPolic
 		if strings.ContainsAny(strings.TrimSpace(v.Message), "\r\n") {
 			c.at(with(vp, "message"), field("spec", "validations", i, "message"), "a message is one line")
 		}
-		va := &validationCondition{expression: v.Expression, message: v.Message, reason: v.Reason}
+		va := &validationCondition{expression: v.Expression, message: v.Message, reason: v.Reason, messageExpression: v.MessageExpression}
 		r := check(with(vp, "expression"), va, withAuthz, compileOnly(va, withAuthz))
 		requester := append(slices.Clone(common), requesterOf(r, varReads)...)
 		var ma plugincel.ExpressionAccessor

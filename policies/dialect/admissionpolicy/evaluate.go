@@ -69,6 +69,9 @@ func (p *Policy) File() string { return p.file }
 // Line implements dialect.Policy.
 func (p *Policy) Line() int { return p.line }
 
+// Namespace is a NamespacedValidatingPolicy's namespace; "" for others.
+func (p *Policy) Namespace() string { return p.namespace }
+
 // Rules implements dialect.Policy: one rule per validation.
 func (p *Policy) Rules() []dialect.Rule { return p.rules }
 
@@ -79,14 +82,23 @@ func (p *Policy) Rules() []dialect.Rule { return p.rules }
 // annotations in the request's CEL cost budget; and act on a failed
 // validation as the binding's validationActions say.
 func (p *Policy) Evaluate(ctx context.Context, req *dialect.Request) []dialect.Finding {
+	o := &outcome{p: p, background: req.Background}
+	p.dispatch(ctx, req, o.configError, func(b *binding, res *result) { o.judge(ctx, b, res) })
+	return o.findings
+}
+
+// dispatch matches the policy and each binding to req and calls run with
+// each binding's validation of each of its parameters; a policy or
+// binding that cannot be matched goes to configErr. It says whether the
+// policy's match constraints take req in.
+func (p *Policy) dispatch(ctx context.Context, req *dialect.Request, configErr func(error), run func(*binding, *result)) bool {
 	if req.Background && !p.background || !req.Background && !p.admission {
-		return nil
+		return false
 	}
 	if p.namespace != "" && req.Namespace != p.namespace {
-		return nil
+		return false
 	}
 	attrs := attributes(req)
-	o := &outcome{p: p, background: req.Background}
 	ok, err := p.constraints.matches(attrs)
 	if !ok && err == nil && req.Background {
 		// The audit judges a stored object as an UPDATE of itself; a
@@ -98,11 +110,11 @@ func (p *Policy) Evaluate(ctx context.Context, req *dialect.Request) []dialect.F
 		ok, err = p.constraints.matches(attrs)
 	}
 	if err != nil {
-		o.configError(fmt.Errorf("failed to configure policy: %w", err))
-		return o.findings
+		configErr(fmt.Errorf("failed to configure policy: %w", err))
+		return true
 	}
 	if !ok {
-		return nil
+		return false
 	}
 	gvk := attrs.GetKind()
 	va := &admission.VersionedAttributes{Attributes: attrs, VersionedObject: attrs.GetObject(), VersionedOldObject: attrs.GetOldObject(), VersionedKind: gvk}
@@ -117,7 +129,7 @@ func (p *Policy) Evaluate(ctx context.Context, req *dialect.Request) []dialect.F
 		if b.match != nil {
 			ok, err := b.match.matches(attrs)
 			if err != nil {
-				o.configError(fmt.Errorf("failed to configure binding: %w", err))
+				configErr(fmt.Errorf("failed to configure binding: %w", err))
 				continue
 			}
 			if !ok {
@@ -126,14 +138,14 @@ func (p *Policy) Evaluate(ctx context.Context, req *dialect.Request) []dialect.F
 		}
 		params, err := b.collect(p.paramKind, attrs.GetNamespace())
 		if err != nil {
-			o.configError(fmt.Errorf("failed to configure binding: %w", err))
+			configErr(fmt.Errorf("failed to configure binding: %w", err))
 			continue
 		}
 		for _, param := range params {
-			o.judge(ctx, b, p.validate(ctx, attrs.GetResource(), va, param, ns))
+			run(b, p.validate(ctx, attrs.GetResource(), va, param, ns))
 		}
 	}
-	return o.findings
+	return true
 }
 
 // outcome gathers a request's findings, each once.
@@ -233,7 +245,15 @@ type decision struct {
 	reason  metav1.StatusReason
 }
 
-type result struct{ decisions []decision }
+type result struct {
+	decisions []decision
+	// unmatched says the match conditions left the request out (or could
+	// not be evaluated under failurePolicy Ignore).
+	unmatched bool
+	// ignored is an error of the whole run that failurePolicy Ignore
+	// lets pass.
+	ignored string
+}
 
 // validate is the validating admission plugin's validator.Validate for
 // one binding and parameter: the decisions of the match conditions, the
@@ -242,7 +262,7 @@ func (p *Policy) validate(ctx context.Context, gvr schema.GroupVersionResource, 
 	prog := p.program
 	failed := func(msg string) *result {
 		if p.failure == admissionregistrationv1.Ignore {
-			return &result{}
+			return &result{ignored: msg}
 		}
 		return &result{decisions: []decision{{err: true, message: msg}}}
 	}
@@ -252,7 +272,7 @@ func (p *Policy) validate(ctx context.Context, gvr schema.GroupVersionResource, 
 			return failed(m.Error.Error())
 		}
 		if !m.Matches {
-			return &result{}
+			return &result{unmatched: true}
 		}
 	}
 	optional := plugincel.OptionalVariableBindings{VersionedParams: param}

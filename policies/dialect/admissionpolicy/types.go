@@ -63,6 +63,8 @@ type evaluationConfiguration struct {
 type validationCondition struct {
 	expression, message string
 	reason              *metav1.StatusReason
+	// messageExpression is the validation's, compiled apart (messageCondition).
+	messageExpression string
 }
 
 func (v *validationCondition) GetExpression() string      { return v.expression }
