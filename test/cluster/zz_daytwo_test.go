@@ -108,7 +108,28 @@ func TestControllerHandsOverWithoutDoubleWork(t *testing.T) {
 			return nil
 		})
 	}
+	// One Node backs one QuantumNode: the nodes earlier tests left claim
+	// the one Node of this cluster, so a new one would be a later claim
+	// (NodeClaimed, phase Failed). Each node of this test is the only one.
+	onlyClaimant := func() {
+		t.Helper()
+		if err := qns.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		harness.WaitFor(t, time.Minute, "no QuantumNode left in "+testNamespace, func() error {
+			list, err := qns.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if n := len(list.Items); n > 0 {
+				return fmt.Errorf("%d left", n)
+			}
+			return nil
+		})
+	}
+	onlyClaimant()
 	readyNode("before-handover")
+	onlyClaimant()
 	firstPod, err := s.Kube.CoreV1().Pods(releaseNamespace).Get(ctx, first, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

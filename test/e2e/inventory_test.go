@@ -80,7 +80,12 @@ func TestPoliciesSeeTheClusterThroughTheInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	detail, _ := w.Readiness()
-	if !strings.Contains(detail, "qn.dev/v1alpha1 QuantumNode: 0 (synced; fields spec.nodeName)") || !strings.Contains(detail, "v1 Node: 2 (synced; fields metadata.name)") {
+	// The suite's cluster holds the QuantumNodes earlier tests stored.
+	stored, err := cluster.Dynamic.Resource(harness.QuantumNodes).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(detail, fmt.Sprintf("qn.dev/v1alpha1 QuantumNode: %d (synced; fields spec.nodeName)", len(stored.Items))) || !strings.Contains(detail, "v1 Node: 2 (synced; fields metadata.name)") {
 		t.Errorf("/readyz?verbose should say what the inventory holds and keeps:\n%s", detail)
 	}
 	metrics, _ := w.Metrics()
