@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/policies/window"
 )
 
@@ -157,8 +158,8 @@ qn_admission_shadow_disagreements_total{from="denied",role="r",to="allowed"} 1
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("decision log line %q: %v", l, err)
 		}
-		if m["msg"] != ShadowMessage {
-			t.Fatalf("msg = %v, want %q", m["msg"], ShadowMessage)
+		if m["msg"] != decisionlog.ShadowMessage {
+			t.Fatalf("msg = %v, want %q", m["msg"], decisionlog.ShadowMessage)
 		}
 		byUser[m["user"].(string)] = m
 	}
