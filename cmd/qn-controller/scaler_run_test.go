@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,27 +79,10 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
-	cmd := exec.Command(os.Args[0], "--kubeconfig="+kubeconfig,
-		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
+	p := startController(t, kubeconfig, testharness.ProcessOptions{},
 		"--leader-elect=false", "--audit=false", "--quiescence-window=0s", "--log-format=text",
 		"--prometheus-url="+slow.URL, "--prometheus-timeout=10m", "--prometheus-max-inflight=2", "--scaler-workers=4")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
-	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	metricsAddr, probeAddr := p.Metrics, p.Probe
 	eventually(t, "/readyz?verbose names the scalers' Prometheus", func() error {
 		return probeSays("http://"+probeAddr+"/readyz?verbose", 200, "HorizontalQNScalers on; default Prometheus "+slow.URL)
 	})
@@ -223,8 +204,8 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 			`controller_runtime_reconcile_total{controller="horizontalqnscaler",result="success"}`)
 	})
 	select {
-	case <-exited:
-		t.Fatalf("qn-controller exited: %v", cmd.ProcessState)
+	case <-p.Exited():
+		t.Fatalf("qn-controller exited with code %d", p.ExitCode())
 	default:
 	}
 }
