@@ -99,21 +99,7 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	applyManifests(t, c, "../../config/rbac")
-	user, err := env.ControlPlane.AddUser(envtest.User{
-		Name:   "system:serviceaccount:qn-system:qn-controller",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
-	}, nil)
-	if err != nil {
-		t.Fatalf("add the qn-controller user: %v", err)
-	}
-	userKubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, userKubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kubeconfigOf(t, env, controllerUser)
 
 	t.Run("without the CRD it says to install it and exits 1", func(t *testing.T) {
 		p := startController(t, kubeconfig, harness.ProcessOptions{}, "--metrics-bind-address=0", "--health-probe-bind-address=0")
@@ -291,6 +277,32 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
 		t.Errorf("Lease still held by %s after shutdown; the next leader would wait for it to expire", *h)
 	}
+}
+
+// controllerUser is qn-controller's ServiceAccount as the API server
+// authenticates it.
+var controllerUser = envtest.User{
+	Name:   "system:serviceaccount:qn-system:qn-controller",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
+}
+
+// kubeconfigOf adds user to env's API server and returns a kubeconfig
+// file that authenticates as it.
+func kubeconfigOf(t *testing.T, env *envtest.Environment, user envtest.User) string {
+	t.Helper()
+	u, err := env.ControlPlane.AddUser(user, nil)
+	if err != nil {
+		t.Fatalf("add the user %s: %v", user.Name, err)
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // applyManifests creates every object of every YAML file in dir.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/controller"
@@ -63,21 +61,7 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 		}
 	}
 	applyManifests(t, c, "../../config/rbac")
-	user, err := env.ControlPlane.AddUser(envtest.User{
-		Name:   "system:serviceaccount:qn-system:qn-controller",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	userKubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, userKubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kubeconfigOf(t, env, controllerUser)
 
 	p := startController(t, kubeconfig, testharness.ProcessOptions{},
 		"--leader-elect=false", "--audit=false", "--quiescence-window=0s", "--log-format=text",
