@@ -11,16 +11,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/internal/cowcache"
+	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego/planeval"
 )
-
-// ShadowMessage is the decision log's message of a shadow disagreement.
-const ShadowMessage = "shadow disagreement"
 
 // Defaults of ShadowOptions.
 const (
@@ -533,92 +530,29 @@ func samePatchOps(a, b []byte) bool {
 // log writes the disagreement's decision log line: the request as the
 // decision line names it, and both answers.
 func (s *Shadow) log(ctx context.Context, j *shadowJob, d Decision, from, to string) {
-	attrs := make([]slog.Attr, 0, 16)
-	attrs = append(attrs, slog.String("webhook", j.path.String()))
-	attrs = RequestLogAttrs(attrs, j.in.Request)
-	attrs = append(attrs,
-		slog.String("requestTime", j.in.Facts.Time.UTC().Format(time.RFC3339Nano)),
-		slog.String("from", from),
-		slog.String("to", to),
-		shadowSide("served", j.served),
-		shadowSide("shadow", d),
-	)
-	s.opts.Log.LogAttrs(ctx, slog.LevelInfo, ShadowMessage, attrs...)
+	line := decisionlog.Disagreement{Webhook: j.path.String(), Request: decisionlog.RequestOf(j.in.Request),
+		RequestTime: j.in.Facts.Time.UTC().Format(time.RFC3339Nano), From: from, To: to,
+		Served: shadowSide(j.served), Shadow: shadowSide(d)}
+	s.opts.Log.LogAttrs(ctx, slog.LevelInfo, decisionlog.ShadowMessage, line.Attrs()...)
 }
 
-// RequestLogFields is the request as a decision log line names it (uid,
-// requester, operation, kind, namespace, name, dry run), each
-// caller-controlled value clipped.
-type RequestLogFields struct {
-	UID, User                  string
-	Groups                     []string
-	Operation, Kind, Namespace string
-	Name                       string
-	DryRun                     bool
-}
-
-// RequestLog is r's fields for a decision log line.
-func RequestLog(r *admissionv1.AdmissionRequest) RequestLogFields {
-	f := func(v string) string { return clip.String(v, clip.FieldBytes) }
-	return RequestLogFields{
-		UID: f(string(r.UID)), User: f(r.UserInfo.Username),
-		Groups:    clip.Strings(r.UserInfo.Groups, clip.ListItems, clip.FieldBytes),
-		Operation: f(string(r.Operation)), Kind: f(r.Kind.Group + "/" + r.Kind.Kind),
-		Namespace: f(r.Namespace), Name: f(r.Name), DryRun: r.DryRun != nil && *r.DryRun,
-	}
-}
-
-// Attrs appends the fields to attrs, in the order a line shows them.
-func (f RequestLogFields) Attrs(attrs []slog.Attr) []slog.Attr {
-	return append(attrs,
-		slog.String("uid", f.UID),
-		slog.String("user", f.User),
-		slog.Any("groups", f.Groups),
-		slog.String("operation", f.Operation),
-		slog.String("kind", f.Kind),
-		slog.String("namespace", f.Namespace),
-		slog.String("name", f.Name),
-		slog.Bool("dryRun", f.DryRun),
-	)
-}
-
-// RequestLogAttrs appends to attrs the request as a decision log line
-// names it (RequestLogFields).
-func RequestLogAttrs(attrs []slog.Attr, r *admissionv1.AdmissionRequest) []slog.Attr {
-	return RequestLog(r).Attrs(attrs)
-}
-
-// ShadowAnswer is one side of a disagreement as the decision log holds it.
-type ShadowAnswer struct {
-	Allowed  bool      `json:"allowed"`
-	Code     int32     `json:"code"`
-	Role     string    `json:"role,omitempty"`
-	Revision string    `json:"revision,omitempty"`
-	Message  string    `json:"message,omitempty"`
-	Warnings []string  `json:"warnings,omitempty"`
-	Patch    string    `json:"patch,omitempty"`
-	Denials  []Finding `json:"denials,omitempty"`
-	// Warned are the warn rules' entries, with their sources.
-	Warned []Finding `json:"warned,omitempty"`
-}
-
-func shadowSide(name string, d Decision) slog.Attr {
+// shadowSide is one answer as a disagreement's line holds it, clipped.
+func shadowSide(d Decision) decisionlog.Answer {
 	m := func(v string) string { return clip.String(v, clip.MessageBytes) }
-	a := ShadowAnswer{Allowed: d.Allowed, Code: d.Code, Role: clip.String(d.Role, clip.FieldBytes), Revision: d.Revision,
+	a := decisionlog.Answer{Allowed: d.Allowed, Code: d.Code, Role: clip.String(d.Role, clip.FieldBytes), Revision: d.Revision,
 		Message: m(d.Message), Warnings: clip.Strings(d.Warnings, clip.ListItems, clip.MessageBytes), Patch: m(string(d.Patch))}
-	clipped := func(list []Finding) []Finding {
-		var out []Finding
+	clipped := func(list []Finding) []decisionlog.Finding {
+		var out []decisionlog.Finding
 		for i, f := range list {
 			if i == clip.ListItems {
 				break
 			}
-			f.Message = m(f.Message)
-			out = append(out, f)
+			out = append(out, decisionlog.Finding{Source: f.Source, Pattern: f.Pattern, Message: m(f.Message), Enforcement: string(f.Enforcement)})
 		}
 		return out
 	}
 	a.Denials, a.Warned = clipped(d.Denials), clipped(d.Findings)
-	return slog.Any(name, a)
+	return a
 }
 
 // Status is the shadow's line in /readyz?verbose: which candidate judges

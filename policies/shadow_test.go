@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
@@ -17,7 +16,9 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/policies/window"
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // shadowRoles is a role table whose role r has a window of three changes
@@ -48,22 +49,9 @@ func loadMapSet(t *testing.T, policy string) *Set {
 	return set
 }
 
-// lockedBuffer is a log destination the shadow's worker and the test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
+// logLines are the lines the shadow's worker wrote to log so far.
+func logLines(log *harness.Output) []string {
+	return strings.Split(strings.TrimSpace(log.String()), "\n")
 }
 
 type shadowRig struct {
@@ -72,12 +60,12 @@ type shadowRig struct {
 	shadow   *Shadow
 	shadowed Shadowed
 	reg      *prometheus.Registry
-	log      *lockedBuffer
+	log      *harness.Output
 }
 
 func newShadowRig(t *testing.T, served, candidate string, queue int) *shadowRig {
 	t.Helper()
-	r := &shadowRig{windows: window.NewMemoryStore(clocktesting.NewFakePassiveClock(t0), window.MemoryOptions{}), reg: prometheus.NewRegistry(), log: &lockedBuffer{}}
+	r := &shadowRig{windows: window.NewMemoryStore(clocktesting.NewFakePassiveClock(t0), window.MemoryOptions{}), reg: prometheus.NewRegistry(), log: &harness.Output{}}
 	r.served = NewEngine(loadMapSet(t, served), EngineOptions{Windows: r.windows})
 	r.shadow = NewShadow(NewEngine(loadMapSet(t, candidate), EngineOptions{}), ShadowOptions{
 		Served: r.served, Windows: r.windows, Queue: queue, CPU: 1,
@@ -147,7 +135,7 @@ qn_admission_shadow_disagreements_total{from="denied",role="r",to="allowed"} 1
 	if got := testutil.ToFloat64(r.shadow.metrics.evaluations); got != float64(len(mix)) {
 		t.Fatalf("evaluations = %v, want %d", got, len(mix))
 	}
-	lines := r.log.lines()
+	lines := logLines(r.log)
 	if len(lines) != 3 {
 		t.Fatalf("want 3 decision log lines, one per disagreement, got %d:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
@@ -157,8 +145,8 @@ qn_admission_shadow_disagreements_total{from="denied",role="r",to="allowed"} 1
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("decision log line %q: %v", l, err)
 		}
-		if m["msg"] != ShadowMessage {
-			t.Fatalf("msg = %v, want %q", m["msg"], ShadowMessage)
+		if m["msg"] != decisionlog.ShadowMessage {
+			t.Fatalf("msg = %v, want %q", m["msg"], decisionlog.ShadowMessage)
 		}
 		byUser[m["user"].(string)] = m
 	}
@@ -201,7 +189,7 @@ func TestShadowSeesTheServedWindowWithoutCountingInIt(t *testing.T) {
 		t.Fatalf("the served set admitted %d of %d changes in a window of 3: the shadow counted in it", admitted, requests)
 	}
 	if n := r.shadow.disagreed.Load(); n != 0 {
-		t.Fatalf("an identical candidate disagreed %d times:\n%s", n, strings.Join(r.log.lines(), "\n"))
+		t.Fatalf("an identical candidate disagreed %d times:\n%s", n, strings.Join(logLines(r.log), "\n"))
 	}
 }
 
@@ -412,7 +400,7 @@ deny contains "client-side apply is closed" if input.request.options.fieldManage
 	}
 	r.run(t) // the shadow starts only now, after the bytes changed
 	r.settle(t, 1)
-	lines := r.log.lines()
+	lines := logLines(r.log)
 	if len(lines) != 1 {
 		t.Fatalf("want one disagreement, got %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
 	}

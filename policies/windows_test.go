@@ -13,6 +13,7 @@ import (
 
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
+	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
@@ -124,24 +125,13 @@ func TestOnStoreErrorDecidesWhileRedisIsDown(t *testing.T) {
 	}
 
 	srv.Restart()
-	if err := eventually(5*time.Second, func() error {
+	if err := harness.Eventually(context.Background(), 5*time.Second, func() error {
 		if d := validate("closed"); !d.Allowed || d.WindowStore.Error != "" {
 			return fmt.Errorf("closed after Redis returned: %d %s %+v", d.Code, d.Message, d.WindowStore)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func eventually(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

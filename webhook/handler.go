@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/quantumnode/qn-admission/internal/clip"
+	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/internal/tracing"
 	"github.com/quantumnode/qn-admission/policies"
@@ -517,15 +518,15 @@ func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 func (h *handler) log(req *http.Request, webhook string, in *policies.Input, d policies.Decision, elapsed time.Duration) {
 	line := newDecisionLine(req, webhook, in, d, elapsed)
 	if w := h.opts.DecisionLines; w != nil {
-		writeDecisionLine(w, &line, time.Now())
+		line.Write(w, time.Now())
 		return
 	}
 	// The record is handed to the handler directly: Logger.LogAttrs would
 	// also walk the stack for a source position the decision log never
 	// prints (runtime.Callers, about 1 % of a request's CPU).
 	if l := h.opts.DecisionLog.Handler(); l.Enabled(req.Context(), slog.LevelInfo) {
-		r := slog.NewRecord(time.Now(), slog.LevelInfo, decisionMessage, 0)
-		r.AddAttrs(line.attrs()...)
+		r := slog.NewRecord(time.Now(), slog.LevelInfo, decisionlog.AdmissionMessage, 0)
+		r.AddAttrs(line.Attrs()...)
 		_ = l.Handle(req.Context(), r)
 	}
 }

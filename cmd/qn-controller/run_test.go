@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,17 +29,47 @@ import (
 	"github.com/quantumnode/qn-admission/test/harness"
 )
 
-// runMainEnv makes the test binary run main() instead of the tests, so
-// that a test can start the real command in its own process: flags parsed
-// from argv, SIGTERM handled by the signal handler, a process exit code.
-const runMainEnv = "QN_CONTROLLER_TEST_RUN_MAIN"
+// binDir holds qn-controller as the Makefile builds it (binary), built
+// once for the tests that run it as its own process: flags parsed from
+// argv, SIGTERM handled by the signal handler, a process exit code.
+var binDir string
+
+var binary = sync.OnceValues(func() (string, error) {
+	return harness.Build(context.Background(), binDir, "./cmd/qn-controller")
+})
 
 func TestMain(m *testing.M) {
-	if os.Getenv(runMainEnv) == "1" {
-		main()
-		os.Exit(0)
+	dir, err := os.MkdirTemp("", "qn-controller-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	binDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startController runs the built qn-controller against kubeconfig with
+// args, stopped when the test ends; its output is in the test's log when
+// the test fails.
+func startController(t testing.TB, kubeconfig string, opts harness.ProcessOptions, args ...string) *harness.Controller {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := harness.StartController(bin, harness.ControllerOptions{Kubeconfig: kubeconfig, Args: args, Process: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.Stop()
+		if t.Failed() {
+			t.Logf("qn-controller's output:\n%s", p.Logs())
+		}
+	})
+	return p
 }
 
 // TestTheCommandAgainstAKubeconfig runs qn-controller the way
@@ -71,32 +99,20 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	applyManifests(t, c, "../../config/rbac")
-	user, err := env.ControlPlane.AddUser(envtest.User{
-		Name:   "system:serviceaccount:qn-system:qn-controller",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
-	}, nil)
-	if err != nil {
-		t.Fatalf("add the qn-controller user: %v", err)
-	}
-	userKubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, userKubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kubeconfigOf(t, env, controllerUser)
 
 	t.Run("without the CRD it says to install it and exits 1", func(t *testing.T) {
-		cmd := exec.Command(os.Args[0], "--kubeconfig="+kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0")
-		cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-			t.Fatalf("exit = %v, want status 1; output:\n%s", err, out)
+		p := startController(t, kubeconfig, harness.ProcessOptions{}, "--metrics-bind-address=0", "--health-probe-bind-address=0")
+		select {
+		case <-p.Exited():
+		case <-time.After(60 * time.Second):
+			t.Fatal("qn-controller did not exit within 60s")
 		}
-		if want := "does not serve quantumnodes.qn.dev: install the CRD first (kubectl apply -f config/crd/qn.dev_quantumnodes.yaml)"; !strings.Contains(string(out), want) {
-			t.Errorf("output does not say %q:\n%s", want, out)
+		if code := p.ExitCode(); code != 1 {
+			t.Fatalf("exit = %d, want status 1; output:\n%s", code, p.Logs())
+		}
+		if want := "does not serve quantumnodes.qn.dev: install the CRD first (kubectl apply -f config/crd/qn.dev_quantumnodes.yaml)"; !strings.Contains(p.Logs(), want) {
+			t.Errorf("output does not say %q:\n%s", want, p.Logs())
 		}
 	})
 	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: ours}); err != nil {
@@ -114,36 +130,18 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
-	cmd := exec.Command(os.Args[0],
-		"--kubeconfig="+kubeconfig,
-		"--metrics-bind-address="+metricsAddr,
-		"--health-probe-bind-address="+probeAddr,
+	p := startController(t, kubeconfig, harness.ProcessOptions{StopGrace: 30 * time.Second},
 		"--leader-elect", "--leader-election-namespace=qn-system",
 		"--policy-dir="+policyDir, "--quiescence-window=0s", "--role-table=qn-admission",
 		"--policy-poll-interval=100ms", "--strict-reload-grace=1s", "--pprof",
 		"--log-format=text")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
-	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start qn-controller: %v", err)
-	}
-	exited := make(chan struct{})
-	var exitErr error
-	go func() {
-		defer close(exited)
-		exitErr = cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	metricsAddr, probeAddr := p.Metrics, p.Probe
 	// alive fails the wait at once when the process has died.
 	alive := func(check func() error) func() error {
 		return func() error {
 			select {
-			case <-exited:
-				return fmt.Errorf("qn-controller exited: %v", exitErr)
+			case <-p.Exited():
+				return fmt.Errorf("qn-controller exited with code %d", p.ExitCode())
 			default:
 				return check()
 			}
@@ -269,16 +267,9 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 		t.Fatalf("Lease %s has no holder", leaseKey)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		if exitErr != nil {
-			t.Fatalf("qn-controller exited with %v after SIGTERM, want 0", exitErr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("qn-controller did not exit within 30s of SIGTERM")
+	// Stop sends SIGTERM and waits up to 30s for an exit 0.
+	if err := p.Stop(); err != nil {
+		t.Fatalf("after SIGTERM: %v", err)
 	}
 	if err := c.Get(context.Background(), leaseKey, lease); err != nil {
 		t.Fatal(err)
@@ -286,6 +277,32 @@ func TestTheCommandAgainstAKubeconfig(t *testing.T) {
 	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
 		t.Errorf("Lease still held by %s after shutdown; the next leader would wait for it to expire", *h)
 	}
+}
+
+// controllerUser is qn-controller's ServiceAccount as the API server
+// authenticates it.
+var controllerUser = envtest.User{
+	Name:   "system:serviceaccount:qn-system:qn-controller",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
+}
+
+// kubeconfigOf adds user to env's API server and returns a kubeconfig
+// file that authenticates as it.
+func kubeconfigOf(t *testing.T, env *envtest.Environment, user envtest.User) string {
+	t.Helper()
+	u, err := env.ControlPlane.AddUser(user, nil)
+	if err != nil {
+		t.Fatalf("add the user %s: %v", user.Name, err)
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // applyManifests creates every object of every YAML file in dir.
@@ -318,17 +335,6 @@ func applyManifests(t *testing.T, c client.Client, dir string) {
 		}
 		_ = f.Close()
 	}
-}
-
-// freeAddress returns a loopback address with a port free right now.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func get(url string) (string, error) {

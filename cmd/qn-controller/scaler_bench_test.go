@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -70,18 +68,7 @@ func TestScalerLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := env.AddUser(envtest.User{Name: "bench", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := admin.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kubeconfigOf(t, env, envtest.User{Name: "bench", Groups: []string{"system:masters"}})
 	ctx := context.Background()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		t.Fatal(err)
@@ -125,21 +112,15 @@ func TestScalerLoad(t *testing.T) {
 	}
 	t.Logf("created %d Deployments and %d HorizontalQNScalers in %s", n, n, time.Since(created).Round(time.Millisecond))
 
-	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
-	args := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr,
-		"--leader-elect=false", "--audit=false", "--log-level=warn", "--prometheus-url=" + prom.URL},
+	args := append([]string{"--leader-elect=false", "--audit=false", "--log-level=warn", "--prometheus-url=" + prom.URL},
 		strings.Fields(os.Getenv("QN_BENCH_FLAGS"))...)
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	p := startController(t, kubeconfig, testharness.ProcessOptions{KeepLast: 1 << 20}, args...)
+	metricsAddr := p.Metrics
 
 	warmup := 2 * time.Duration(interval) * time.Second
 	time.Sleep(warmup)
 	apiserver, etcd := pidOf(t, "kube-apiserver", cfg.Host), pidOf(t, "etcd", "")
-	procs := map[string]int{"qn-controller": cmd.Process.Pid, "prometheus": prom.Pid(), "kube-apiserver": apiserver, "etcd": etcd}
+	procs := map[string]int{"qn-controller": p.PID(), "prometheus": prom.Pid(), "kube-apiserver": apiserver, "etcd": etcd}
 	before := map[string]float64{}
 	for name, pid := range procs {
 		before[name] = cpuSeconds(t, pid)
@@ -173,7 +154,7 @@ func TestScalerLoad(t *testing.T) {
 	t.Logf("  mean query %.0f ms (%.0f queries), mean reconcile %.0f ms (%.0f reconciles, busy retries included)",
 		1000*(sumAll(t, metricsURL, "qn_scaler_query_duration_seconds_sum")-querySecondsBefore)/queryCount, queryCount,
 		1000*(counter(t, metricsURL, `controller_runtime_reconcile_time_seconds_sum{controller="horizontalqnscaler"}`)-reconcileBefore)/reconciles, reconciles)
-	if st, err := testharness.ReadProc(cmd.Process.Pid); err == nil {
+	if st, err := testharness.ReadProc(p.PID()); err == nil {
 		t.Logf("  qn-controller RSS: %.1f MiB", float64(st.RSS)/(1<<20))
 	}
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/controller"
@@ -65,43 +61,12 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 		}
 	}
 	applyManifests(t, c, "../../config/rbac")
-	user, err := env.ControlPlane.AddUser(envtest.User{
-		Name:   "system:serviceaccount:qn-system:qn-controller",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:qn-system"},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	userKubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, userKubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kubeconfigOf(t, env, controllerUser)
 
-	metricsAddr, probeAddr := freeAddress(t), freeAddress(t)
-	cmd := exec.Command(os.Args[0], "--kubeconfig="+kubeconfig,
-		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
+	p := startController(t, kubeconfig, testharness.ProcessOptions{},
 		"--leader-elect=false", "--audit=false", "--quiescence-window=0s", "--log-format=text",
 		"--prometheus-url="+slow.URL, "--prometheus-timeout=10m", "--prometheus-max-inflight=2", "--scaler-workers=4")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBERNETES_SERVICE_HOST=")
-	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	metricsAddr, probeAddr := p.Metrics, p.Probe
 	eventually(t, "/readyz?verbose names the scalers' Prometheus", func() error {
 		return probeSays("http://"+probeAddr+"/readyz?verbose", 200, "HorizontalQNScalers on; default Prometheus "+slow.URL)
 	})
@@ -223,8 +188,8 @@ func TestTheCommandScalesOnAPrometheusFigure(t *testing.T) {
 			`controller_runtime_reconcile_total{controller="horizontalqnscaler",result="success"}`)
 	})
 	select {
-	case <-exited:
-		t.Fatalf("qn-controller exited: %v", cmd.ProcessState)
+	case <-p.Exited():
+		t.Fatalf("qn-controller exited with code %d", p.ExitCode())
 	default:
 	}
 }

@@ -2,11 +2,13 @@ package scaler
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/promtest"
 )
 
@@ -57,14 +59,10 @@ func stopShared() {
 // waitForValue waits until query returns want through the product's client.
 func waitForValue(t testing.TB, p *Prometheus, server Server, query string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last Reading
-	for time.Now().Before(deadline) {
-		last = p.Query(context.Background(), server, query)
-		if last.Err == nil && last.Value == want {
-			return
+	testharness.WaitFor(t, 30*time.Second, fmt.Sprintf("%s on %s is %v", query, server.URL, want), func() error {
+		if r := p.Query(context.Background(), server, query); r.Err != nil || r.Value != want {
+			return fmt.Errorf("last reading %+v", r)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("%s on %s did not become %v within 30s; last reading %+v", query, server.URL, want, last)
+		return nil
+	})
 }

@@ -1,7 +1,6 @@
 package dirwatch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	testharness "github.com/quantumnode/qn-admission/test/harness"
 )
 
 // eventOptions make the watcher react to events only: the poll is an hour
@@ -307,7 +308,7 @@ func TestRunPollsWhenEventsAreUnavailable(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, basePolicies)
 	clk := clocktesting.NewFakeClock(time.Now())
-	var logs lockedBuffer
+	var logs testharness.Output
 	opts := Options{
 		Debounce:     30 * time.Millisecond,
 		PollInterval: 10 * time.Second,
@@ -488,22 +489,4 @@ func TestWatchTargetsCoverEverySymlinkOnThePath(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("watchTargets =\n%v\nwant\n%v", got, want)
 	}
-}
-
-// lockedBuffer is a log destination safe to read while Run writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

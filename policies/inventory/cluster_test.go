@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -64,15 +65,15 @@ func quantumNode(name, node string) map[string]any {
 		"spec":     map[string]any{"nodeName": node, "hardware": map[string]any{"arch": "arm64"}, "services": []any{map[string]any{"name": "mqtt", "port": int64(8883)}}}}
 }
 
-// eventually polls cond for up to 10 s.
+// eventually waits up to 10 s until cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
+	harness.WaitFor(t, 10*time.Second, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
+		return nil
+	})
 }
 
 func TestTheInventoryFollowsTheAPIServer(t *testing.T) {

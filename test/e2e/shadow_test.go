@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/test/harness"
 )
 
@@ -147,7 +147,7 @@ func TestShadowPolicySetJudgesLiveTrafficWithoutChangingAnswers(t *testing.T) {
 		lines = nil
 		for line := range strings.SplitSeq(w.Logs(), "\n") {
 			var entry map[string]any
-			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == policies.ShadowMessage {
+			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == decisionlog.ShadowMessage {
 				lines = append(lines, entry)
 			}
 		}

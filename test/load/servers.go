@@ -179,7 +179,7 @@ func StartWebhookWithRedis(name, bin, certDir string, env []string, extra ...str
 	if err != nil {
 		return nil, fmt.Errorf("%s needs redis-server, which is not on PATH: install it (Debian: apt-get install -y redis-server)", name)
 	}
-	addr, err := freePort()
+	addr, err := harness.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +280,7 @@ func StartOPAWithEnv(name, bin, certDir string, env []string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr, err := freePort()
+	addr, err := harness.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -357,13 +357,4 @@ func WriteExtraPolicies(dir string, n int) error {
 		}
 	}
 	return os.WriteFile(rolesFile, []byte(b.String()), 0o644)
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

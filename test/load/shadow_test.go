@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/test/harness"
 )
@@ -163,7 +164,7 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 		lines = readDecisionLines(t, decisions)
 		logged := 0
 		for _, l := range lines {
-			if l.Msg == policies.ShadowMessage {
+			if l.Msg == decisionlog.ShadowMessage {
 				logged++
 			}
 		}
@@ -195,7 +196,7 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 	gotLines := map[string]int{}
 	for _, l := range lines {
 		switch l.Msg {
-		case "admission decision":
+		case decisionlog.AdmissionMessage:
 			if _, dup := served[l.UID]; dup {
 				t.Fatalf("two decision lines for uid %s", l.UID)
 			}
@@ -203,7 +204,7 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 			if l.Revision != srv.Revision {
 				t.Fatalf("%s (%s) was answered by revision %q, want the served set's %q", l.Name, l.UID, l.Revision, srv.Revision)
 			}
-		case policies.ShadowMessage:
+		case decisionlog.ShadowMessage:
 			gotLines[fmt.Sprintf("%s %s->%s", l.Name, l.From, l.To)]++
 		}
 	}
@@ -215,7 +216,7 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 	}
 	shadowed := map[string]bool{}
 	for _, l := range lines {
-		if l.Msg != policies.ShadowMessage {
+		if l.Msg != decisionlog.ShadowMessage {
 			continue
 		}
 		if shadowed[l.UID] {
@@ -248,15 +249,15 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 }
 
 type decisionLine struct {
-	Msg      string                 `json:"msg"`
-	UID      string                 `json:"uid"`
-	Name     string                 `json:"name"`
-	Allowed  bool                   `json:"allowed"`
-	Revision string                 `json:"revision"`
-	From     string                 `json:"from"`
-	To       string                 `json:"to"`
-	Served   *policies.ShadowAnswer `json:"served"`
-	Shadow   *policies.ShadowAnswer `json:"shadow"`
+	Msg      string              `json:"msg"`
+	UID      string              `json:"uid"`
+	Name     string              `json:"name"`
+	Allowed  bool                `json:"allowed"`
+	Revision string              `json:"revision"`
+	From     string              `json:"from"`
+	To       string              `json:"to"`
+	Served   *decisionlog.Answer `json:"served"`
+	Shadow   *decisionlog.Answer `json:"shadow"`
 }
 
 func readDecisionLines(t *testing.T, file string) []decisionLine {

@@ -9,8 +9,8 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/policies"
 )
 
@@ -23,22 +23,6 @@ const (
 	skipNotShadow    = "decision lines other than shadow disagreements (the shadow logs no agreement)"
 	skipNotDecodable = "lines that are not JSON decision lines"
 )
-
-// shadowLine is a "shadow disagreement" decision line as policies.Shadow
-// writes it.
-type shadowLine struct {
-	Msg         string                `json:"msg"`
-	Time        time.Time             `json:"time"`
-	RequestTime string                `json:"requestTime"`
-	Webhook     string                `json:"webhook"`
-	User        string                `json:"user"`
-	Groups      []string              `json:"groups"`
-	Operation   string                `json:"operation"`
-	Namespace   string                `json:"namespace"`
-	Name        string                `json:"name"`
-	Served      policies.ShadowAnswer `json:"served"`
-	Shadow      policies.ShadowAnswer `json:"shadow"`
-}
 
 // readDecisionLogs reads the shadow's disagreements from qn-webhook's
 // decision logs: each is a flip of the served set (base) to the shadow set
@@ -65,12 +49,12 @@ func (c *comparison) readDecisionLogs(_ context.Context, files []string, namespa
 			if raw = bytes.TrimSpace(raw); len(raw) == 0 {
 				continue
 			}
-			var line shadowLine
-			if json.Unmarshal(raw, &line) != nil || line.Msg == "" {
+			line, ok := decisionlog.Read(raw)
+			if !ok {
 				report.skip(skipNotDecodable)
 				continue
 			}
-			if line.Msg != policies.ShadowMessage {
+			if line.Msg != decisionlog.ShadowMessage {
 				report.skip(skipNotShadow)
 				continue
 			}
@@ -83,10 +67,7 @@ func (c *comparison) readDecisionLogs(_ context.Context, files []string, namespa
 			if fl == nil {
 				continue // the same answer in every field impact compares
 			}
-			at := line.Time
-			if t, err := time.Parse(time.RFC3339Nano, line.RequestTime); err == nil {
-				at = t
-			}
+			at := line.RequestAt()
 			fl.seq, c.seq = c.seq, c.seq+1
 			fl.Input, fl.Source, fl.Time = inputDecisionLog, fmt.Sprintf("%s:%d", name, n), &at
 			fl.User, fl.Groups, fl.Operation, fl.Namespace, fl.Name = line.User, line.Groups, line.Operation, line.Namespace, line.Name
@@ -102,12 +83,21 @@ func (c *comparison) readDecisionLogs(_ context.Context, files []string, namespa
 }
 
 // shadowSide is one answer of a shadow disagreement as impact compares it.
-func shadowSide(a policies.ShadowAnswer) impactSide {
-	side := impactSide{Allowed: a.Allowed, Code: a.Code, Role: a.Role, Message: a.Message, Warnings: a.Warnings, Denials: a.Denials, findings: a.Warned}
+func shadowSide(a decisionlog.Answer) impactSide {
+	side := impactSide{Allowed: a.Allowed, Code: a.Code, Role: a.Role, Message: a.Message, Warnings: a.Warnings, Denials: findingsOf(a.Denials), findings: findingsOf(a.Warned)}
 	if a.Patch != "" && json.Valid([]byte(a.Patch)) {
 		side.Patch = json.RawMessage(a.Patch)
 	}
 	return side
+}
+
+// findingsOf are a line's findings as impact compares them.
+func findingsOf(list []decisionlog.Finding) []policies.Finding {
+	var out []policies.Finding
+	for _, f := range list {
+		out = append(out, policies.Finding{Source: f.Source, Pattern: f.Pattern, Message: f.Message, Enforcement: policies.Enforcement(f.Enforcement)})
+	}
+	return out
 }
 
 func appendNew(list []string, s string) []string {

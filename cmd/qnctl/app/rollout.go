@@ -21,7 +21,8 @@ import (
 	"github.com/quantumnode/qn-admission/controller/rollout"
 )
 
-// rolloutFieldManager names qnctl's rollbacks in managedFields.
+// rolloutFieldManager names qnctl's rollbacks in managedFields, and its
+// requests in the API server's logs (user agent).
 const rolloutFieldManager = "qnctl-rollout"
 
 // clusterOptions reach a cluster through a kubeconfig, as kubectl does.
@@ -133,14 +134,11 @@ func runHistory(ctx context.Context, o *historyOptions, name string, s Streams) 
 	if o.Output != outputText && o.Output != outputJSON {
 		return usagef("--output %q is not one of text, json", o.Output)
 	}
-	c, ns, err := o.client("qnctl-rollout")
-	if err != nil {
-		return &exitError{code: exitBadInput, err: err}
-	}
-	qn, err := getQuantumNode(ctx, c, ns, name)
+	c, qn, err := o.quantumNode(ctx, name)
 	if err != nil {
 		return err
 	}
+	ns := qn.Namespace
 	history, err := rollout.History(ctx, c, qn)
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
@@ -255,14 +253,11 @@ func runUndo(ctx context.Context, o *undoOptions, name string, s Streams) error 
 	if o.ToRevision < 0 {
 		return usagef("--to-revision must be a revision number, got %d", o.ToRevision)
 	}
-	c, ns, err := o.client("qnctl-rollout")
-	if err != nil {
-		return &exitError{code: exitBadInput, err: err}
-	}
-	qn, err := getQuantumNode(ctx, c, ns, name)
+	c, qn, err := o.quantumNode(ctx, name)
 	if err != nil {
 		return err
 	}
+	ns := qn.Namespace
 	rec, err := rollout.Undo(ctx, c, qn, o.ToRevision, rolloutFieldManager, time.Now())
 	if err != nil {
 		// The API server answered (admission, RBAC, a conflict): refused.
@@ -276,13 +271,20 @@ func runUndo(ctx context.Context, o *undoOptions, name string, s Streams) error 
 	return nil
 }
 
-func getQuantumNode(ctx context.Context, c client.Client, ns, name string) (*qnv1alpha1.QuantumNode, error) {
+// quantumNode connects to the cluster and reads the QuantumNode name in
+// the namespace to use: what every rollout command starts with. Its
+// errors are usage errors (exit 2).
+func (o *clusterOptions) quantumNode(ctx context.Context, name string) (client.Client, *qnv1alpha1.QuantumNode, error) {
+	c, ns, err := o.client(rolloutFieldManager)
+	if err != nil {
+		return nil, nil, &exitError{code: exitBadInput, err: err}
+	}
 	qn := &qnv1alpha1.QuantumNode{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, qn); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &exitError{code: exitBadInput, err: fmt.Errorf("QuantumNode %s/%s not found", ns, name)}
+			return nil, nil, &exitError{code: exitBadInput, err: fmt.Errorf("QuantumNode %s/%s not found", ns, name)}
 		}
-		return nil, &exitError{code: exitBadInput, err: fmt.Errorf("read QuantumNode %s/%s: %w", ns, name, err)}
+		return nil, nil, &exitError{code: exitBadInput, err: fmt.Errorf("read QuantumNode %s/%s: %w", ns, name, err)}
 	}
-	return qn, nil
+	return c, qn, nil
 }
