@@ -80,7 +80,7 @@ docs-samples:
 bench:
 	@mkdir -p $(BIN)
 	echo "# load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" > $(BIN)/bench-inprocess.txt
-	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 2s -count 3 ./policies/ ./policies/window/ ./policies/dialect/kyverno/ ./policies/dialect/admissionpolicy/ ./webhook/ | tee -a $(BIN)/bench-inprocess.txt
+	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 2s -count 3 ./policies/ ./policies/shadow/ ./policies/window/ ./policies/dialect/kyverno/ ./policies/dialect/admissionpolicy/ ./webhook/ | tee -a $(BIN)/bench-inprocess.txt
 	set -o pipefail; $(GO) test -run XXX -bench . -benchtime 1s -count 3 ./test/load/ | tee -a $(BIN)/bench-inprocess.txt
 	echo "# after: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(BIN)/bench-inprocess.txt
 	$(GO) run ./test/load/cmd/qnload --inprocess $(BIN)/bench-inprocess.txt --doc docs/benchmarks.md

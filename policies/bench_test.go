@@ -129,67 +129,6 @@ func BenchmarkEvalPerPackage(b *testing.B) {
 	}
 }
 
-// benchShadow is the bundled set served on windows that run on a fake
-// clock, and a shadow of the same set beside it.
-func benchShadow(b *testing.B) (*Engine, *Shadow, *clocktesting.FakePassiveClock) {
-	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	clk := clocktesting.NewFakePassiveClock(t0)
-	windows := window.NewMemoryStore(clk, window.MemoryOptions{})
-	served := NewEngine(set, EngineOptions{Windows: windows})
-	return served, NewShadow(NewEngine(set, EngineOptions{}), ShadowOptions{Served: served, Windows: windows}), clk
-}
-
-// BenchmarkEngineValidateRealtimeShadowed is BenchmarkEngineValidateRealtime
-// with a shadow set (the same policies) judging every request beside it at
-// its default CPU share: what the served answer pays for the shadow, and how
-// much of the traffic the shadow keeps up with.
-func BenchmarkEngineValidateRealtimeShadowed(b *testing.B) {
-	served, shadow, clk := benchShadow(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = shadow.Run(ctx) }()
-	benchmarkValidateRealtime(b, Shadowed{Served: served, Shadow: shadow}, clk)
-	judged, dropped := shadow.judged.Load(), shadow.dropped.Load()
-	b.ReportMetric(float64(judged)/float64(judged+dropped)*100, "%judged")
-	if n := shadow.disagreed.Load(); n != 0 {
-		b.Fatalf("the same policies disagreed %d times", n)
-	}
-}
-
-// BenchmarkShadowJudge is one judgement of the shadow's worker: the
-// candidate's evaluation through a window view, and the comparison.
-func BenchmarkShadowJudge(b *testing.B) {
-	served, shadow, _ := benchShadow(b)
-	in, _ := benchInput()
-	d := served.Validate(context.Background(), in)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		shadow.judge(context.Background(), &shadowJob{path: PathValidate, in: *in, served: d}, false)
-	}
-}
-
-// BenchmarkShadowSubmit is what the response path pays to hand a request
-// to the shadow: no worker runs, so after the queue fills every call is a
-// drop, the dearer branch (a metric).
-func BenchmarkShadowSubmit(b *testing.B) {
-	set, err := Load(context.Background(), rego.Bundled(), LoadOptions{SkipTests: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	shadow := NewShadow(NewEngine(set, EngineOptions{}), ShadowOptions{})
-	in, _ := benchInput()
-	d := Allow()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		shadow.Submit(PathValidate, in, d)
-	}
-}
-
 // BenchmarkEngineMutateRealtime is the engine's mutating call for the
 // realtime node, which gets the managed-by label: role lookup, the
 // mutation query, and the patch.

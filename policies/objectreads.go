@@ -142,17 +142,26 @@ func UnionObjectReads(a, b *ObjectReads) *ObjectReads {
 	return newObjectReads(astjson.Union(a.Object, b.Object), astjson.Union(a.OldObject, b.OldObject))
 }
 
-// ObjectReads is what the current set's decisions may read of the objects.
-func (e *Engine) ObjectReads() *ObjectReads {
-	if set := e.current.Load(); set != nil {
-		return set.objectReads
+// ObjectReads is what the set's decisions may read of the objects;
+// everything (nil) when there is no set.
+func (s *Set) ObjectReads() *ObjectReads {
+	if s == nil {
+		return nil
 	}
-	return nil
+	return s.objectReads
 }
 
 // ObjectReadsForKind is ObjectReads for requests of kind k (ForKind).
+func (s *Set) ObjectReadsForKind(k GroupVersionKind) *ObjectReads {
+	return s.ObjectReads().ForKind(k)
+}
+
+// ObjectReads is what the current set's decisions may read of the objects.
+func (e *Engine) ObjectReads() *ObjectReads { return e.current.Load().ObjectReads() }
+
+// ObjectReadsForKind is ObjectReads for requests of kind k (ForKind).
 func (e *Engine) ObjectReadsForKind(k GroupVersionKind) *ObjectReads {
-	return e.ObjectReads().ForKind(k)
+	return e.current.Load().ObjectReadsForKind(k)
 }
 
 // readableBy is in with objects a decision of set can read: in itself

@@ -12,7 +12,7 @@ import "sync"
 // (object, oldObject, options): decoded values, typed fields and cache
 // keys are copies. So nothing may keep an Input's request past its
 // decision without copying those bytes; the shadow, which judges later,
-// copies them when it queues a request (policies.Shadow.Submit).
+// copies them when it queues a request (shadow.Shadow.Submit).
 const (
 	minPooledBody     = 4 << 10
 	pooledBodyClasses = 7 // up to 256 KiB

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/quantumnode/qn-admission/internal/activity"
 	"github.com/quantumnode/qn-admission/internal/clip"
 	"github.com/quantumnode/qn-admission/internal/decisionlog"
 	"github.com/quantumnode/qn-admission/internal/health"
@@ -121,8 +122,8 @@ type HandlerOptions struct {
 	Answers *health.Answers
 	// Activity, when set, counts each request in progress, from before its
 	// body is read to its answer written: the shadow judges in the moments
-	// when none is (policies.ShadowOptions.Activity).
-	Activity *policies.Activity
+	// when none is (shadow.Options.Activity).
+	Activity *activity.Activity
 	// Tracer, when set, records a span tree per request (decode, role,
 	// window, policy evaluation with each package, encode), continuing the
 	// caller's W3C trace context. nil: no tracing, at no cost.

@@ -18,6 +18,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/quantumnode/qn-admission/internal/activity"
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/rego"
 )
@@ -333,7 +334,7 @@ func TestNumbersAreQuotedInTheirJSONForm(t *testing.T) {
 }
 
 func TestEveryRequestCountsAsServedActivityUntilAnswered(t *testing.T) {
-	activity := policies.NewActivity()
+	activity := activity.New()
 	var idleWhileJudged []bool
 	judge := func(context.Context, *policies.Input) policies.Decision {
 		idleWhileJudged = append(idleWhileJudged, activity.Idle())

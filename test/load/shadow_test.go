@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/quantumnode/qn-admission/internal/decisionlog"
-	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/shadow"
 	"github.com/quantumnode/qn-admission/test/harness"
 )
 
@@ -110,8 +110,8 @@ func TestShadowCountsEveryDisagreementOfACraftedMixExactly(t *testing.T) {
 	}
 	const rounds, bursts = 3, 20
 	perBurst := rounds * len(calls)
-	if perBurst >= policies.DefaultShadowQueue {
-		t.Fatalf("a burst of %d requests could fill the shadow's queue of %d", perBurst, policies.DefaultShadowQueue)
+	if perBurst >= shadow.DefaultQueue {
+		t.Fatalf("a burst of %d requests could fill the shadow's queue of %d", perBurst, shadow.DefaultQueue)
 	}
 	client := NewClient(srv.Target, 8)
 	defer client.Close()

@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/quantumnode/qn-admission/certs"
+	"github.com/quantumnode/qn-admission/internal/activity"
 	"github.com/quantumnode/qn-admission/internal/batchwrite"
 	"github.com/quantumnode/qn-admission/internal/cpupressure"
 	"github.com/quantumnode/qn-admission/internal/dirwatch"
@@ -40,6 +41,7 @@ import (
 	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/inventory"
 	"github.com/quantumnode/qn-admission/policies/pattern"
+	"github.com/quantumnode/qn-admission/policies/shadow"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/rego"
 	"github.com/quantumnode/qn-admission/webhook"
@@ -60,10 +62,10 @@ type Program struct {
 	Inventory *inventory.Cluster
 	// Shadow judges every request again with --shadow-policy-dir's set,
 	// off the response path; nil without one.
-	Shadow *policies.Shadow
+	Shadow *shadow.Shadow
 	// servedActivity counts the requests the handler is serving, so the
 	// shadow judges in the moments between them; nil without a shadow.
-	servedActivity *policies.Activity
+	servedActivity *activity.Activity
 	// DecisionLog receives one line per decision (and per shadow
 	// disagreement).
 	DecisionLog *slog.Logger
@@ -318,7 +320,7 @@ func (p *Program) buildShadow(ctx context.Context) error {
 	}
 	logger := p.Logger.With("policies", "shadow")
 	candidate := policies.NewEngine(nil, policies.EngineOptions{Windows: p.Windows})
-	p.servedActivity = policies.NewActivity()
+	p.servedActivity = activity.New()
 	// The shadow judges when no request is being served and no task waits
 	// for a CPU; without pressure information, on the first alone.
 	var cpuQuiet func() bool
@@ -328,7 +330,7 @@ func (p *Program) buildShadow(ctx context.Context) error {
 		cpuQuiet = pressure.Quiet
 		logger.Info("the shadow judges while no request is being served and no task waits for a CPU", "pressure", pressure.Path())
 	}
-	p.Shadow = policies.NewShadow(candidate, policies.ShadowOptions{
+	p.Shadow = shadow.New(candidate, shadow.Options{
 		Served: p.Engine, Windows: p.Windows, Queue: o.ShadowQueue, CPU: o.ShadowCPU,
 		Activity: p.servedActivity, CPUQuiet: cpuQuiet,
 		Log: p.DecisionLog, Registry: p.Registry,
@@ -404,7 +406,7 @@ func (p *Program) buildHandler(context.Context) error {
 	// failurePolicy Ignore: the CRD's own rules hold without it).
 	var served webhook.Decider = p.Engine
 	if p.Shadow != nil {
-		served = policies.Shadowed{Served: p.Engine, Shadow: p.Shadow}
+		served = shadow.Shadowed{Served: p.Engine, Shadow: p.Shadow}
 	}
 	// Answers their callers do not read are cut at their write deadline,
 	// counted, and shown to strict health.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quantumnode/qn-admission/internal/health"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/shadow"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/webhook"
 )
@@ -62,7 +63,7 @@ type Options struct {
 	DecisionLogFlushInterval time.Duration
 
 	// ShadowPolicyDir holds a candidate policy set judged beside the
-	// served one, off the response path (policies.Shadow); empty: none.
+	// served one, off the response path (shadow.Shadow); empty: none.
 	ShadowPolicyDir string
 	// ShadowQueue is how many requests may wait for the candidate; more
 	// are dropped and counted.
@@ -164,8 +165,8 @@ func NewOptions() *Options {
 		MaxPolicySetBytes:        policies.DefaultMaxPolicySetBytes,
 		DecisionLog:              "-",
 		DecisionLogFlushInterval: 5 * time.Millisecond,
-		ShadowQueue:              policies.DefaultShadowQueue,
-		ShadowCPU:                policies.DefaultShadowCPU,
+		ShadowQueue:              shadow.DefaultQueue,
+		ShadowCPU:                shadow.DefaultCPU,
 		MaxRequestBytes:          webhook.DefaultMaxRequestBytes,
 		MaxRequestElements:       webhook.DefaultMaxRequestElements,
 		MaxConcurrentReviews:     webhook.DefaultMaxConcurrentReviews(),

@@ -1,4 +1,4 @@
-package policies
+package shadow
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,14 +15,12 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/quantumnode/qn-admission/internal/activity"
 	"github.com/quantumnode/qn-admission/internal/decisionlog"
+	"github.com/quantumnode/qn-admission/policies"
 	"github.com/quantumnode/qn-admission/policies/window"
 	"github.com/quantumnode/qn-admission/test/harness"
 )
-
-// shadowRoles is a role table whose role r has a window of three changes
-// per user and runs package p.
-const shadowRoles = "defaultRole: r\nroles:\n  r:\n    operations: [CREATE, UPDATE]\n    window: {limit: 3, period: 60s}\n    packages: [p]\n"
 
 // servedPolicy refuses nodes labelled deny=yes.
 const servedPolicy = `package p
@@ -40,22 +37,13 @@ deny contains "labelled deny" if {
 deny contains "gold tier is closed" if input.context.labels.tier == "gold"
 `
 
-func loadMapSet(t *testing.T, policy string) *Set {
-	t.Helper()
-	set, err := Load(context.Background(), fstest.MapFS{"roles.yaml": {Data: []byte(shadowRoles)}, "p.rego": {Data: []byte(policy)}}, LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return set
-}
-
 // logLines are the lines the shadow's worker wrote to log so far.
 func logLines(log *harness.Output) []string {
 	return strings.Split(strings.TrimSpace(log.String()), "\n")
 }
 
 type shadowRig struct {
-	served   *Engine
+	served   *policies.Engine
 	windows  *window.MemoryStore
 	shadow   *Shadow
 	shadowed Shadowed
@@ -65,9 +53,9 @@ type shadowRig struct {
 
 func newShadowRig(t *testing.T, served, candidate string, queue int) *shadowRig {
 	t.Helper()
-	r := &shadowRig{windows: window.NewMemoryStore(clocktesting.NewFakePassiveClock(t0), window.MemoryOptions{}), reg: prometheus.NewRegistry(), log: &harness.Output{}}
-	r.served = NewEngine(loadMapSet(t, served), EngineOptions{Windows: r.windows})
-	r.shadow = NewShadow(NewEngine(loadMapSet(t, candidate), EngineOptions{}), ShadowOptions{
+	r := &shadowRig{windows: window.NewMemoryStore(clocktesting.NewFakePassiveClock(requestTime), window.MemoryOptions{}), reg: prometheus.NewRegistry(), log: &harness.Output{}}
+	r.served = policies.NewEngine(loadSet(t, served), policies.EngineOptions{Windows: r.windows})
+	r.shadow = New(policies.NewEngine(loadSet(t, candidate), policies.EngineOptions{}), Options{
 		Served: r.served, Windows: r.windows, Queue: queue, CPU: 1,
 		Log: slog.New(slog.NewJSONHandler(r.log, nil)), Registry: r.reg,
 	})
@@ -114,9 +102,7 @@ func TestShadowCountsEveryDisagreementAndOnlyThose(t *testing.T) {
 		{"plain-3", nil},
 	}
 	for _, m := range mix {
-		in := node{user: m.user, labels: m.labels}.input()
-		in.Request.UserInfo.Username = m.user
-		d := r.shadowed.Validate(context.Background(), in)
+		d := r.shadowed.Validate(context.Background(), nodeInput(t, m.user, m.labels))
 		want := m.labels["deny"] != "yes"
 		if d.Allowed != want {
 			t.Fatalf("%s: the served answer is allowed=%v, want %v: the shadow changed it", m.user, d.Allowed, want)
@@ -178,7 +164,7 @@ func TestShadowSeesTheServedWindowWithoutCountingInIt(t *testing.T) {
 	const requests = 5
 	admitted := 0
 	for i := range requests {
-		d := r.shadowed.Validate(context.Background(), node{user: "alice"}.input())
+		d := r.shadowed.Validate(context.Background(), nodeInput(t, "alice", nil))
 		if d.Allowed {
 			admitted++
 		}
@@ -198,7 +184,7 @@ func TestShadowDropsWhatItCannotQueue(t *testing.T) {
 	// No worker runs: the queue holds two requests, the rest are dropped
 	// and the served answers are given at once all the same.
 	for i := range 5 {
-		if d := r.shadowed.Validate(context.Background(), node{user: "u" + string(rune('a'+i))}.input()); !d.Allowed {
+		if d := r.shadowed.Validate(context.Background(), nodeInput(t, "u"+string(rune('a'+i)), nil)); !d.Allowed {
 			t.Fatalf("request %d refused: %s", i, d.Message)
 		}
 	}
@@ -211,16 +197,16 @@ func TestShadowDropsWhatItCannotQueue(t *testing.T) {
 
 func TestShadowJudgesInTheMomentsBetweenServedRequests(t *testing.T) {
 	r := newShadowRig(t, servedPolicy, candidatePolicy, 8)
-	activity := NewActivity()
-	r.shadow.opts.Activity = activity
+	inProgress := activity.New()
+	r.shadow.opts.Activity = inProgress
 	// So small a share while busy that after one judgement the next would
 	// wait for hours: every later judgement needs an idle moment.
 	r.shadow.opts.BusyCPU = 1e-9
 	var cpuQuiet atomic.Bool
 	r.shadow.opts.CPUQuiet = cpuQuiet.Load
-	activity.Begin() // a served request in progress throughout
+	inProgress.Begin() // a served request in progress throughout
 	for i := range 3 {
-		r.shadowed.Validate(context.Background(), node{user: "u" + string(rune('a'+i))}.input())
+		r.shadowed.Validate(context.Background(), nodeInput(t, "u"+string(rune('a'+i)), nil))
 	}
 	r.run(t)
 	// With served requests never idle, the shadow still judges a sample.
@@ -229,13 +215,13 @@ func TestShadowJudgesInTheMomentsBetweenServedRequests(t *testing.T) {
 	if n := r.shadow.judged.Load(); n != 1 {
 		t.Fatalf("the shadow judged %d requests while a served one was in progress, want 1 (its busy share)", n)
 	}
-	activity.Begin()
-	activity.End()
+	inProgress.Begin()
+	inProgress.End()
 	if n := r.shadow.judged.Load(); n != 1 {
 		t.Fatalf("the shadow judged %d requests while a served one was still in progress, want 1", n)
 	}
 	// The last served request ends, but tasks wait for the CPUs: not idle.
-	activity.End()
+	inProgress.End()
 	time.Sleep(300 * time.Millisecond)
 	if n := r.shadow.judged.Load(); n != 1 {
 		t.Fatalf("the shadow judged %d requests while tasks waited for a CPU, want 1", n)
@@ -243,7 +229,7 @@ func TestShadowJudgesInTheMomentsBetweenServedRequests(t *testing.T) {
 	// The CPUs fall quiet: the queue is judged.
 	cpuQuiet.Store(true)
 	r.settle(t, 3)
-	if !activity.Idle() {
+	if !inProgress.Idle() {
 		t.Fatal("the activity does not read idle after every request ended")
 	}
 }
@@ -262,12 +248,12 @@ deny contains "never" if {
 // and judged again, whole, once none is in progress.
 func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
 	r := newShadowRig(t, servedPolicy, slowCandidatePolicy, 8)
-	activity := NewActivity()
-	r.shadow.opts.Activity = activity
+	inProgress := activity.New()
+	r.shadow.opts.Activity = inProgress
 	r.shadow.opts.BusyCPU = 1e-9
 	r.run(t)
-	wake := func() { activity.Begin(); activity.End() } // signals an idle moment
-	submit := func(user string) { r.shadowed.Validate(context.Background(), node{user: user}.input()) }
+	wake := func() { inProgress.Begin(); inProgress.End() } // signals an idle moment
+	submit := func(user string) { r.shadowed.Validate(context.Background(), nodeInput(t, user, nil)) }
 
 	// How long a judgement takes alone.
 	submit("alone")
@@ -281,14 +267,14 @@ func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
 	}
 	// A busy-moment judgement, at a share so small that the next may come
 	// only hours later: from now on a judgement may run only when idle.
-	activity.Begin()
+	inProgress.Begin()
 	submit("busy")
 	r.settle(t, 2)
 
 	submit("interrupted")
-	activity.End()
+	inProgress.End()
 	time.Sleep(alone / 10) // the judgement is under way
-	activity.Begin()       // and a served request begins
+	inProgress.Begin()     // and a served request begins
 	waited := max(10*alone, 500*time.Millisecond)
 	time.Sleep(waited)
 	if n := r.shadow.judged.Load(); n != 2 {
@@ -297,7 +283,7 @@ func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
 	if n := r.shadow.gaveWay.Load(); n != 1 {
 		t.Errorf("%d judgements gave way, want 1", n)
 	}
-	activity.End()
+	inProgress.End()
 	r.settle(t, 3)
 	if n := r.shadow.disagreed.Load(); n != 0 {
 		t.Errorf("the shadow counted %d disagreements: an abandoned judgement must not count as the candidate's answer", n)
@@ -306,40 +292,40 @@ func TestAJudgementGivesWayToAServedRequestThatBegins(t *testing.T) {
 
 // The busy sample is for a server that has no idle moments: after a
 // judgement in an idle moment, the shadow judges beside served requests
-// only once no idle moment has come for shadowStarved.
+// only once no idle moment has come for starved.
 func TestTheBusySampleWaitsUntilNoIdleMomentHasCome(t *testing.T) {
 	r := newShadowRig(t, servedPolicy, candidatePolicy, 8)
-	activity := NewActivity()
-	r.shadow.opts.Activity = activity
+	inProgress := activity.New()
+	r.shadow.opts.Activity = inProgress
 	r.shadow.opts.BusyCPU = 1 // the busy share alone would let it judge at once
 	r.run(t)
-	time.Sleep(shadowStarved) // long enough after the start for a busy sample
-	r.shadowed.Validate(context.Background(), node{user: "idle"}.input())
-	activity.Begin()
-	activity.End() // an idle moment
+	time.Sleep(starved) // long enough after the start for a busy sample
+	r.shadowed.Validate(context.Background(), nodeInput(t, "idle", nil))
+	inProgress.Begin()
+	inProgress.End() // an idle moment
 	r.settle(t, 1)
 	judgedIdle := time.Now()
 
-	activity.Begin() // a served request in progress from now on
-	r.shadowed.Validate(context.Background(), node{user: "busy"}.input())
-	time.Sleep(shadowStarved / 3)
+	inProgress.Begin() // a served request in progress from now on
+	r.shadowed.Validate(context.Background(), nodeInput(t, "busy", nil))
+	time.Sleep(starved / 3)
 	if n := r.shadow.judged.Load(); n != 1 {
-		t.Fatalf("the shadow judged beside a served request %s after judging in an idle moment: want it to wait %s for one", time.Since(judgedIdle), shadowStarved)
+		t.Fatalf("the shadow judged beside a served request %s after judging in an idle moment: want it to wait %s for one", time.Since(judgedIdle), starved)
 	}
 	r.settle(t, 2)
-	if waited := time.Since(judgedIdle); waited < shadowStarved*9/10 {
-		t.Errorf("the busy sample came %s after the last idle moment's judgement, want %s or more", waited, shadowStarved)
+	if waited := time.Since(judgedIdle); waited < starved*9/10 {
+		t.Errorf("the busy sample came %s after the last idle moment's judgement, want %s or more", waited, starved)
 	}
-	activity.End()
+	inProgress.End()
 }
 
 // A request whose judgement keeps being abandoned for served requests is
-// judged to the end on its shadowGiveWays+1st try: a steady stream of
+// judged to the end on its giveWays+1st try: a steady stream of
 // short requests, with moments between them, cannot starve it.
 func TestAJudgementGivesWayABoundedNumberOfTimes(t *testing.T) {
 	r := newShadowRig(t, servedPolicy, slowCandidatePolicy, 8)
-	activity := NewActivity()
-	r.shadow.opts.Activity = activity
+	inProgress := activity.New()
+	r.shadow.opts.Activity = inProgress
 	r.run(t)
 	stop := make(chan struct{})
 	streamed := make(chan struct{})
@@ -351,19 +337,19 @@ func TestAJudgementGivesWayABoundedNumberOfTimes(t *testing.T) {
 				return
 			default:
 			}
-			activity.Begin()
+			inProgress.Begin()
 			time.Sleep(time.Millisecond)
-			activity.End()
+			inProgress.End()
 			time.Sleep(time.Millisecond)
 		}
 	}()
 	defer func() { close(stop); <-streamed }()
-	r.shadowed.Validate(context.Background(), node{user: "a"}.input())
+	r.shadowed.Validate(context.Background(), nodeInput(t, "a", nil))
 	r.settle(t, 1)
 	// Each try is caught by the next request; a try may run unseen only if
 	// this machine stalls the stream for a whole judgement.
-	if n := r.shadow.gaveWay.Load(); n < 1 || n > shadowGiveWays {
-		t.Errorf("the judgement gave way %d times before it ran to its end, want 1 to %d", n, shadowGiveWays)
+	if n := r.shadow.gaveWay.Load(); n < 1 || n > giveWays {
+		t.Errorf("the judgement gave way %d times before it ran to its end, want 1 to %d", n, giveWays)
 	}
 	if n := r.shadow.disagreed.Load(); n != 0 {
 		t.Errorf("%d disagreements: the abandoned tries must not count", n)
@@ -384,10 +370,10 @@ deny contains "client-side apply is closed" if input.request.options.fieldManage
 	r := newShadowRig(t, servedPolicy, candidate, 8)
 	object := []byte(`{"apiVersion":"qn.dev/v1alpha1","kind":"QuantumNode","metadata":{"name":"edge-1","namespace":"edge"},"spec":{},"status":{"phase":"Failed"}}`)
 	oldObject := bytes.Clone(object)
-	req := quantumNodeRequest(admissionv1.Update, "alice", object, oldObject)
+	req := nodeRequest(admissionv1.Update, "alice", object, oldObject)
 	req.Options.Raw = []byte(`{"kind":"UpdateOptions","apiVersion":"meta.k8s.io/v1","fieldManager":"kubectl-client-side-apply"}`)
-	in := partForm(t, requestInput(t, req), r.served.ObjectReads())
-	if ValueAt(in.OldObjectValue, "status") != nil {
+	in := inputOf(t, req, r.served.ObjectReads())
+	if policies.ValueAt(in.OldObjectValue, "status") != nil {
 		t.Fatalf("decoded for the served set, the old object is %v: its status should be left out", in.OldObjectValue)
 	}
 	if d := r.shadowed.Validate(context.Background(), in); !d.Allowed {
