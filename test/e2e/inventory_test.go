@@ -95,7 +95,7 @@ func TestPoliciesSeeTheClusterThroughTheInventory(t *testing.T) {
 		}
 	}
 
-	if err := Register(ctx, cluster.Kube, Registration{
+	if err := harness.RegisterWebhooks(ctx, cluster.Kube, harness.WebhookRegistration{
 		Name: "qn-inventory", ValidateURL: w.URL("/validate"), MutateURL: w.URL("/mutate"),
 		CABundle: w.CABundle, FailurePolicy: admissionregistrationv1.Fail,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"qn-e2e": "inventory"}},

@@ -46,12 +46,12 @@ func TestShadowPolicySetJudgesLiveTrafficWithoutChangingAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })
-	reg := Registration{
+	reg := harness.WebhookRegistration{
 		Name: "qn-shadow", ValidateURL: w.URL("/validate"), MutateURL: w.URL("/mutate"), CABundle: w.CABundle,
 		FailurePolicy:     admissionregistrationv1.Fail,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"qn-e2e/shadow": "true"}},
 	}
-	if err := Register(ctx, cluster.Kube, reg); err != nil {
+	if err := harness.RegisterWebhooks(ctx, cluster.Kube, reg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

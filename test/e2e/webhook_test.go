@@ -85,7 +85,7 @@ func registered(t *testing.T) {
 	t.Helper()
 	registerOnce.Do(func() {
 		ctx := context.Background()
-		registerErr = Register(ctx, cluster.Kube, Registration{
+		registerErr = harness.RegisterWebhooks(ctx, cluster.Kube, harness.WebhookRegistration{
 			Name: "qn-admission", ValidateURL: webhook.URL("/validate"), MutateURL: webhook.URL("/mutate"),
 			CABundle: webhook.CABundle, FailurePolicy: admissionregistrationv1.Fail,
 		})
@@ -348,12 +348,12 @@ func TestFailurePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := Registration{
+	reg := harness.WebhookRegistration{
 		Name: "qn-failure", ValidateURL: second.URL("/validate"), MutateURL: second.URL("/mutate"), CABundle: second.CABundle,
 		FailurePolicy:     admissionregistrationv1.Fail,
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"qn-e2e/failure-policy": "true"}},
 	}
-	if err := Register(ctx, cluster.Kube, reg); err != nil {
+	if err := harness.RegisterWebhooks(ctx, cluster.Kube, reg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -384,7 +384,7 @@ func TestFailurePolicy(t *testing.T) {
 	t.Logf("failurePolicy Fail, webhook down: %v", err)
 
 	reg.FailurePolicy = admissionregistrationv1.Ignore
-	if err := Register(ctx, cluster.Kube, reg); err != nil {
+	if err := harness.RegisterWebhooks(ctx, cluster.Kube, reg); err != nil {
 		t.Fatal(err)
 	}
 	err = harness.Eventually(ctx, 30*time.Second, func() error {

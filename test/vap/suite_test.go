@@ -27,7 +27,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/quantumnode/qn-admission/policies/vap"
-	"github.com/quantumnode/qn-admission/test/e2e"
 	"github.com/quantumnode/qn-admission/test/harness"
 )
 
@@ -137,7 +136,7 @@ func startWebhook(ctx context.Context) error {
 		return err
 	}
 	webhook = w
-	return e2e.Register(ctx, cluster.Kube, e2e.Registration{
+	return harness.RegisterWebhooks(ctx, cluster.Kube, harness.WebhookRegistration{
 		Name: registration, ValidateURL: w.URL("/validate"), MutateURL: w.URL("/mutate"), CABundle: w.CABundle,
 		FailurePolicy: admissionregistrationv1.Ignore,
 	})

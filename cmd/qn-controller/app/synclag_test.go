@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -78,13 +79,12 @@ func TestSyncLagFailsTheStrictCheckWhenTheWatchStalls(t *testing.T) {
 
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s (lag %s, check %v)", what, lag.Lag(), check(context.Background()))
+		testharness.WaitFor(t, 20*time.Second, what, func() error {
+			if !cond() {
+				return fmt.Errorf("lag %s, check %v", lag.Lag(), check(context.Background()))
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("the first heartbeat comes back", func() bool { return lag.seen.Load() != 0 })
 	time.Sleep(3 * bound) // steady state

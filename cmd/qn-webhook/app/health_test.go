@@ -8,23 +8,23 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // eventuallyProbe polls path until it answers code with a body containing
 // want, or fails after 15s with the last answer.
 func (s *started) eventuallyProbe(t *testing.T, path string, code int, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		got, body := s.probe(t, path)
-		if got == code && strings.Contains(body, want) {
-			return body
+	var body string
+	harness.WaitFor(t, 15*time.Second, fmt.Sprintf("GET %s answers %d containing %q", path, code, want), func() error {
+		var got int
+		if got, body = s.probe(t, path); got != code || !strings.Contains(body, want) {
+			return fmt.Errorf("GET %s = %d %q", path, got, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s = %d %q, want %d containing %q", path, got, body, code, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return body
 }
 
 // A broken policy push keeps the last good set serving and the replica

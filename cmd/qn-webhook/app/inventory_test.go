@@ -1,12 +1,15 @@
 package app
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quantumnode/qn-admission/test/harness"
 )
 
 // An inventory that cannot sync (here: no API server answers) never
@@ -40,14 +43,12 @@ current-context: c
 	if code == 200 || !strings.Contains(body, "inventory") {
 		t.Errorf("/readyz before the sync timeout = %d %q, want not ready, naming the inventory", code, body)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for code != 200 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		code, body = s.probe(t, "/readyz?verbose")
-	}
-	if code != 200 {
-		t.Fatalf("/readyz after the sync timeout = %d %q, want ready: an inventory that cannot sync must not keep the webhook out of its Service", code, body)
-	}
+	harness.WaitFor(t, 10*time.Second, "ready after the sync timeout: an inventory that cannot sync must not keep the webhook out of its Service", func() error {
+		if code, body := s.probe(t, "/readyz?verbose"); code != 200 {
+			return fmt.Errorf("/readyz = %d %q", code, body)
+		}
+		return nil
+	})
 	got := s.admit(t, "/validate", review("uid-inv", `{"nodeName":"worker-1","hardware":{"arch":"arm64"},"services":[{"name":"mqtt","port":8883}]}`))
 	if got.Allowed || got.Result.Code != 500 || !strings.Contains(got.Result.Message, "cluster inventory (data.inventory), which cannot be used now") {
 		t.Errorf("a role that reads an unsynced inventory: allowed=%v %+v, want its onError (deny: 500) saying why", got.Allowed, got.Result)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quantumnode/qn-admission/test/harness"
 	"github.com/quantumnode/qn-admission/test/redistest"
 )
 
@@ -144,17 +146,14 @@ func TestBuildRefusesWindowStoreMistakes(t *testing.T) {
 // answers: --decision-log-flush-interval); it returns the last read.
 func awaitDecisions(t *testing.T, path string, done func(string) bool) (string, bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		log := readFile(t, path)
-		if done(log) {
-			return log, true
+	var log string
+	err := harness.Eventually(context.Background(), 5*time.Second, func() error {
+		if log = readFile(t, path); !done(log) {
+			return errors.New("not yet")
 		}
-		if time.Now().After(deadline) {
-			return log, false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return log, err == nil
 }
 
 func readFile(t *testing.T, path string) string {

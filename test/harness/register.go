@@ -1,23 +1,17 @@
-// Package e2e drives qn-admission through a real kube-apiserver and etcd
-// (started by controller-runtime's envtest from the binaries that
-// hack/k8s-bins.sh builds), the real qn-webhook binary and the real kubectl;
-// test/harness builds and starts them.
-package e2e
+package harness
 
 import (
 	"context"
-	"strings"
 
-	"github.com/quantumnode/qn-admission/test/harness"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
-// Registration names a pair of webhook configurations pointing at one
+// WebhookRegistration names a pair of webhook configurations pointing at one
 // qn-webhook process.
-type Registration struct {
+type WebhookRegistration struct {
 	Name          string
 	ValidateURL   string
 	MutateURL     string
@@ -27,10 +21,11 @@ type Registration struct {
 	NamespaceSelector *metav1.LabelSelector
 }
 
-// Register creates (or replaces) the Validating and Mutating
-// WebhookConfigurations for harness.QuantumNodes, with the fail-safe settings the
-// chart uses: our resource only, sideEffects None, a bounded timeout.
-func Register(ctx context.Context, kube kubernetes.Interface, r Registration) error {
+// RegisterWebhooks creates (or replaces) the Validating and Mutating
+// WebhookConfigurations for QuantumNodes (and the scalers' validation),
+// with the fail-safe settings the chart uses: our resources only,
+// sideEffects None, a bounded timeout, kube-system excluded.
+func RegisterWebhooks(ctx context.Context, kube kubernetes.Interface, r WebhookRegistration) error {
 	sideEffects := admissionregistrationv1.SideEffectClassNone
 	timeout := int32(5)
 	equivalent := admissionregistrationv1.Equivalent
@@ -48,7 +43,7 @@ func Register(ctx context.Context, kube kubernetes.Interface, r Registration) er
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
 		Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{harness.QuantumNodes.Group}, APIVersions: []string{harness.QuantumNodes.Version}, Resources: []string{harness.QuantumNodes.Resource},
+			APIGroups: []string{QuantumNodes.Group}, APIVersions: []string{QuantumNodes.Version}, Resources: []string{QuantumNodes.Resource},
 		},
 	}}
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
@@ -72,7 +67,7 @@ func Register(ctx context.Context, kube kubernetes.Interface, r Registration) er
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 				Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{harness.Scalers.Group}, APIVersions: []string{harness.Scalers.Version}, Resources: []string{harness.Scalers.Resource},
+					APIGroups: []string{Scalers.Group}, APIVersions: []string{Scalers.Version}, Resources: []string{Scalers.Resource},
 				},
 			}},
 			FailurePolicy:           &ignore,
@@ -135,17 +130,4 @@ func upsert[T webhookConfig](ctx context.Context, api configAPI[T], cfg T) error
 	cfg.SetResourceVersion(existing.GetResourceVersion())
 	_, err = api.Update(ctx, cfg, metav1.UpdateOptions{})
 	return err
-}
-
-// Contains reports whether err's message contains every part.
-func Contains(err error, parts ...string) bool {
-	if err == nil {
-		return false
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			return false
-		}
-	}
-	return true
 }
