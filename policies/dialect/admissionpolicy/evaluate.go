@@ -45,6 +45,10 @@ type Policy struct {
 	// admission and background say when a Kyverno ValidatingPolicy is
 	// judged (spec.evaluation); always both for a ValidatingAdmissionPolicy.
 	admission, background bool
+	// autogen are a ValidatingPolicy's variants for Pod controllers
+	// (autogen.go), tried when the policy's own constraints leave a
+	// request out; their findings are the policy's.
+	autogen []*variant
 }
 
 // binding is one ValidatingAdmissionPolicyBinding of the policy, or the
@@ -99,7 +103,7 @@ func (p *Policy) dispatch(ctx context.Context, req *dialect.Request, configErr f
 		return false
 	}
 	attrs := attributes(req)
-	ok, err := p.constraints.matches(attrs)
+	prog, ok, err := p.match(attrs)
 	if !ok && err == nil && req.Background {
 		// The audit judges a stored object as an UPDATE of itself; a
 		// policy of CREATE only judges it as its creation, as the
@@ -107,7 +111,7 @@ func (p *Policy) dispatch(ctx context.Context, req *dialect.Request, configErr f
 		created := *req
 		created.Operation, created.OldObject = string(admission.Create), nil
 		attrs = attributes(&created)
-		ok, err = p.constraints.matches(attrs)
+		prog, ok, err = p.match(attrs)
 	}
 	if err != nil {
 		configErr(fmt.Errorf("failed to configure policy: %w", err))
@@ -142,10 +146,26 @@ func (p *Policy) dispatch(ctx context.Context, req *dialect.Request, configErr f
 			continue
 		}
 		for _, param := range params {
-			run(b, p.validate(ctx, attrs.GetResource(), va, param, ns))
+			run(b, p.validate(ctx, prog, attrs.GetResource(), va, param, ns))
 		}
 	}
 	return true
+}
+
+// match is the program that judges attrs: the policy's when its
+// constraints take attrs in, else that of the autogen variant whose
+// constraints do (the policy's resources and its variants' are apart).
+func (p *Policy) match(attrs admission.Attributes) (*program, bool, error) {
+	ok, err := p.constraints.matches(attrs)
+	if ok || err != nil {
+		return p.program, ok, err
+	}
+	for _, v := range p.autogen {
+		if ok, err := v.constraints.matches(attrs); ok || err != nil {
+			return v.program, ok, err
+		}
+	}
+	return nil, false, nil
 }
 
 // outcome gathers a request's findings, each once.
@@ -256,10 +276,10 @@ type result struct {
 }
 
 // validate is the validating admission plugin's validator.Validate for
-// one binding and parameter: the decisions of the match conditions, the
-// validations with their messages, and the audit annotations' errors.
-func (p *Policy) validate(ctx context.Context, gvr schema.GroupVersionResource, va *admission.VersionedAttributes, param runtime.Object, ns *corev1.Namespace) *result {
-	prog := p.program
+// one binding and parameter, by prog (the policy's or a variant's): the
+// decisions of the match conditions, the validations with their
+// messages, and the audit annotations' errors.
+func (p *Policy) validate(ctx context.Context, prog *program, gvr schema.GroupVersionResource, va *admission.VersionedAttributes, param runtime.Object, ns *corev1.Namespace) *result {
 	failed := func(msg string) *result {
 		if p.failure == admissionregistrationv1.Ignore {
 			return &result{ignored: msg}

@@ -238,10 +238,6 @@ func (c *checker) validatingPolicy(v *validatingPolicy, kind string) *Policy {
 		c.at([]any{"spec", "evaluation", "mode"}, "spec.evaluation.mode", "mode %s judges JSON documents, not admission requests: not supported offline", e.Mode)
 		c.hint("qn-admission judges Kubernetes admission requests (mode: Kubernetes)")
 	}
-	if a := s.AutogenConfiguration; a != nil && a.PodControllers != nil && len(a.PodControllers.Controllers) > 0 {
-		c.at([]any{"spec", "autogen", "podControllers"}, "spec.autogen.podControllers", "rules generated for Pod controllers are not supported")
-		c.hint("match the controllers' resources in matchConstraints")
-	}
 	actions := s.ValidationActions
 	if len(actions) == 0 {
 		actions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
@@ -253,6 +249,11 @@ func (c *checker) validatingPolicy(v *validatingPolicy, kind string) *Policy {
 	}
 	p := c.policy(v.Name, kind, spec, false)
 	if p == nil || len(c.problems) > 0 {
+		return nil
+	}
+	// Compiled only once the policy compiles: a variant's problems would
+	// repeat the policy's.
+	if p.autogen = c.autogen(s, v.Name); len(c.problems) > 0 {
 		return nil
 	}
 	if kind == KindNamespacedValidatingPolicy {
