@@ -34,3 +34,29 @@ func BenchmarkEvaluate(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAutogen is a ValidatingPolicy of Pods judging a Pod, and a
+// Deployment through its autogen variant (the policy's constraints
+// tried first, then the variants').
+func BenchmarkAutogen(b *testing.B) {
+	p := read(b, map[string]string{"p.yaml": podPolicy("p", noLatest)})["p"]
+	for _, c := range []struct {
+		name     string
+		req      *dialect.Request
+		findings int
+	}{
+		{"pod_denied", workloadRequest("CREATE", "Pod", podSpec("nginx:latest", nil), nil, nil), 1},
+		{"deployment_admitted", workloadRequest("CREATE", "Deployment", podSpec("nginx:1.27", nil), nil, nil), 0},
+		{"deployment_denied", workloadRequest("CREATE", "Deployment", podSpec("nginx:latest", nil), nil, nil), 1},
+		{"cronjob_denied", workloadRequest("CREATE", "CronJob", podSpec("nginx:latest", nil), nil, nil), 1},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if got := evaluate(p, c.req); len(got) != c.findings {
+					b.Fatalf("%+v", got)
+				}
+			}
+		})
+	}
+}

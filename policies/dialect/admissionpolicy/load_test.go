@@ -140,10 +140,6 @@ func TestLoadErrorsNameFileLineAndReason(t *testing.T) {
 			kyvernoPolicy("k", "  evaluation: {mode: JSON}\n  validations:\n  - expression: 'true'\n"),
 			"p.yaml:12: spec.evaluation.mode: mode JSON judges JSON documents, not admission requests: not supported offline",
 		},
-		"Kyverno's autogen for Pod controllers is refused": {
-			kyvernoPolicy("k", "  autogen: {podControllers: {controllers: [deployments]}}\n  validations:\n  - expression: 'true'\n"),
-			"p.yaml:12: spec.autogen.podControllers: rules generated for Pod controllers are not supported",
-		},
 		"a misspelt Kyverno field is unknown at its line": {
 			kyvernoPolicy("k", "  validationAction: [Audit]\n  validations:\n  - expression: 'true'\n"),
 			"p.yaml:12: spec.validationAction: unknown field",
