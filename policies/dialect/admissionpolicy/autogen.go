@@ -161,7 +161,7 @@ func (c *checker) autogen(s *validatingPolicySpec, name string) []*variant {
 		if j < 0 {
 			c.at([]any{"spec", "autogen", "podControllers", "controllers", i}, fmt.Sprintf("spec.autogen.podControllers.controllers[%d]", i),
 				"%q: qn-admission generates variants for daemonsets, deployments, replicasets, statefulsets, jobs and cronjobs only", n)
-			c.hint("list them as Kyverno does (lower-case plurals); Kyverno finds the Pod template of other controllers by discovery in a cluster: judge those in a policy of their own")
+			c.hint("name them as Kyverno does, by lower-case plural; another controller (resource.version.group), whose Pod template Kyverno extracts at evaluation, needs a policy of its own that matches it")
 			continue
 		}
 		pc := podControllers[j]
