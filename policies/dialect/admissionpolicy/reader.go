@@ -2,7 +2,9 @@
 // the API server and for Kyverno: Kubernetes ValidatingAdmissionPolicies
 // with their ValidatingAdmissionPolicyBindings and parameters, and Kyverno
 // ValidatingPolicies and NamespacedValidatingPolicies (the
-// ValidatingAdmissionPolicy subset with Kyverno's field names). Expressions compile and run in k8s.io/apiserver's own CEL
+// ValidatingAdmissionPolicy subset with Kyverno's field names; one of
+// Pods judges Pod controllers too, as Kyverno's autogen variants do).
+// Expressions compile and run in k8s.io/apiserver's own CEL
 // environment and admission libraries, so a policy means here what it
 // means in the API server; what needs a cluster (the authorizer, a
 // namespace's labels, Kyverno's resource and http libraries) is refused
