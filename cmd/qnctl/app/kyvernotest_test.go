@@ -44,7 +44,7 @@ func TestTestRunsKyvernoTestFolders(t *testing.T) {
 				"PASS  kyverno qn-prod/qn-require-owner/owner-label qn.dev/v1alpha1/QuantumNode/qn-prod/core-2",
 				"PASS  kyverno require-run-as-nonroot v1/Pod/default/exempt-pod  (testdata/kyverno/vpol-pods/kyverno-test.yaml:",
 				"PASS  kyverno qn-vap-owner-label/qn-vap-owner-label qn.dev/v1alpha1/QuantumNode/qn-prod/core-2",
-				"PASS: 95 Kyverno rows: 95 passed, 0 failed",
+				"PASS: 108 Kyverno rows: 108 passed, 0 failed",
 			},
 		},
 		"a row that disagrees fails and says its policy, rule, resource, the result expected and got, and the message": {
