@@ -30,6 +30,8 @@ type Policy struct {
 	namespace string
 	spec      spec
 	rules     []*rule
+	// readsImages: one of its rules names Kyverno's images variable.
+	readsImages bool
 }
 
 // Name is metadata.name.
@@ -173,7 +175,10 @@ func (p *Policy) Results(_ context.Context, req *dialect.Request) []RuleResult {
 	}
 	t := newTarget(req, obj, req.Operation)
 	base := lazyDocument(func() document { return newDocument(req, req.Object, req.OldObject, req.Operation) })
-	images := newImageSource(req.Object, req.Operation)
+	var images *imageSource
+	if p.readsImages {
+		images = newImageSource(req.Object, req.Operation)
+	}
 	var out []RuleResult
 	for _, r := range p.rules {
 		if req.Background && len(r.requesterReads) > 0 || !r.matches(t) {

@@ -122,6 +122,7 @@ func Parse(d dialect.Document) (*Policy, *problem.Problem) {
 			return nil, errAt(ruleLine(d.Node, r.Name, d.Line), "spec.rules", "rule %q: %v", r.Name, err)
 		}
 		p.rules = append(p.rules, nr)
+		p.readsImages = p.readsImages || nr.readsImages
 	}
 	return p, nil
 }
