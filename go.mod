@@ -3,6 +3,7 @@ module github.com/quantumnode/qn-admission
 go 1.26.8
 
 require (
+	github.com/distribution/reference v0.6.0
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/gin-gonic/gin v1.12.0

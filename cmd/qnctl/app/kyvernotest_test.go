@@ -45,7 +45,7 @@ func TestTestRunsKyvernoTestFolders(t *testing.T) {
 				"PASS  kyverno require-run-as-nonroot v1/Pod/default/exempt-pod  (testdata/kyverno/vpol-pods/kyverno-test.yaml:",
 				"PASS  kyverno qn-vap-owner-label/qn-vap-owner-label qn.dev/v1alpha1/QuantumNode/qn-prod/core-2",
 				"PASS  kyverno disallow-latest-tag batch/v1/CronJob/shop/nightly  (testdata/kyverno/vpol-pods/kyverno-test.yaml:",
-				"PASS: 105 Kyverno rows: 105 passed, 0 failed",
+				"PASS: 118 Kyverno rows: 118 passed, 0 failed",
 			},
 		},
 		"a row that disagrees fails and says its policy, rule, resource, the result expected and got, and the message": {

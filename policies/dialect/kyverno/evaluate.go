@@ -30,6 +30,8 @@ type Policy struct {
 	namespace string
 	spec      spec
 	rules     []*rule
+	// readsImages: one of its rules names Kyverno's images variable.
+	readsImages bool
 }
 
 // Name is metadata.name.
@@ -67,6 +69,17 @@ type rule struct {
 	// existingViolationsAllowed: on UPDATE an enforcing rule the old
 	// object already failed is skipped.
 	existingViolationsAllowed bool
+	// readsImages: the rule names Kyverno's images variable somewhere, so
+	// its document can load them.
+	readsImages bool
+}
+
+// withImages gives d the request's images if the rule may read them.
+func (r *rule) withImages(d document, images *imageSource) document {
+	if r.readsImages {
+		d.images = images
+	}
+	return d
 }
 
 // requesterVariables are the variables only an admission request has.
@@ -92,6 +105,7 @@ func newRule(p *Policy, r ruleSpec, line int) (*rule, error) {
 	if err != nil {
 		return nil, err
 	}
+	out.readsImages = readsImages.Match(raw)
 	for _, m := range requesterVariables.FindAllStringSubmatch(string(raw), -1) {
 		if !slices.Contains(out.requesterReads, m[1]) {
 			out.requesterReads = append(out.requesterReads, m[1])
@@ -161,12 +175,16 @@ func (p *Policy) Results(_ context.Context, req *dialect.Request) []RuleResult {
 	}
 	t := newTarget(req, obj, req.Operation)
 	base := lazyDocument(func() document { return newDocument(req, req.Object, req.OldObject, req.Operation) })
+	var images *imageSource
+	if p.readsImages {
+		images = newImageSource(req.Object, req.Operation)
+	}
 	var out []RuleResult
 	for _, r := range p.rules {
 		if req.Background && len(r.requesterReads) > 0 || !r.matches(t) {
 			continue
 		}
-		res := r.judge(lazyDocument(func() document { return base().clone() }), req)
+		res := r.judge(lazyDocument(func() document { return r.withImages(base().clone(), images) }), req, images)
 		if res.status == statusNone {
 			// Kyverno reports a rule with nothing to judge (an empty
 			// foreach list, a DELETE) as passed... only when it applied:
@@ -203,7 +221,7 @@ func newDocument(req *dialect.Request, obj, old map[string]any, op string) docum
 	} else {
 		request["oldObject"] = nil
 	}
-	d := document{"request": request}
+	d := map[string]any{"request": request}
 	if !req.Background {
 		u := req.UserInfo
 		groups := make([]any, len(u.Groups))
@@ -218,7 +236,7 @@ func newDocument(req *dialect.Request, obj, old map[string]any, op string) docum
 			d["serviceAccountName"], d["serviceAccountNamespace"] = "", ""
 		}
 	}
-	return d
+	return document{vars: d}
 }
 
 func serviceAccount(username string) (ns, name string, ok bool) {
@@ -288,7 +306,7 @@ type level struct {
 // rule that the old object already failed is skipped (pre-existing
 // violations are allowed unless the rule says allowExistingViolations:
 // false).
-func (r *rule) judge(doc docSource, req *dialect.Request) (res result) {
+func (r *rule) judge(doc docSource, req *dialect.Request, images *imageSource) (res result) {
 	// Kyverno's matcher and JMESPath are not ours: if one panics on some
 	// input, the rule could not be judged (an error, which denies under
 	// failurePolicy Fail) and the request goes on.
@@ -308,7 +326,9 @@ func (r *rule) judge(doc docSource, req *dialect.Request) (res result) {
 	if !r.matches(newTarget(req, req.OldObject, "CREATE")) {
 		return res
 	}
-	prior := r.validate(lazyDocument(func() document { return newDocument(req, req.OldObject, nil, "CREATE") }), top, 0, req.OldObject, false)
+	// Kyverno judges the old object with the images of the new one: its
+	// images are the request's, not the object's being judged.
+	prior := r.validate(lazyDocument(func() document { return r.withImages(newDocument(req, req.OldObject, nil, "CREATE"), images) }), top, 0, req.OldObject, false)
 	if prior.status == statusFail {
 		return result{statusSkip, "skipping the rule evaluation as pre-existing violations are allowed"}
 	}
@@ -446,13 +466,14 @@ func (r *rule) validateForEach(doc docSource, list []foreach, nesting int, resou
 			listErr = err
 			continue
 		}
+		// What is not a list is Kyverno's list of one element (a map
+		// such as images.containers: the map itself); null is nothing.
 		elements, ok := found.([]any)
 		if !ok {
 			if found == nil {
 				continue
 			}
-			listErr = fmt.Errorf("%s is not a list", fe.List)
-			continue
+			elements = []any{found}
 		}
 		l := level{context: fe.Context, preconditions: fe.Preconditions, deny: fe.Deny, pattern: fe.Pattern, anyPattern: fe.AnyPattern, foreach: fe.Foreach, elementScope: fe.ElementScope}
 		res, n := r.validateElements(doc, l, elements, nesting, resource, deleting)
@@ -477,8 +498,8 @@ func (r *rule) validateElements(doc docSource, l level, elements []any, nesting 
 			continue
 		}
 		scoped := doc().clone()
-		scoped["element"], scoped[fmt.Sprintf("element%d", nesting)] = element, element
-		scoped["elementIndex"], scoped[fmt.Sprintf("elementIndex%d", nesting)] = float64(i), float64(i)
+		scoped.vars["element"], scoped.vars[fmt.Sprintf("element%d", nesting)] = element, element
+		scoped.vars["elementIndex"], scoped.vars[fmt.Sprintf("elementIndex%d", nesting)] = float64(i), float64(i)
 		scope := docSource(func() document { return scoped })
 		target := resource
 		m, isMap := element.(map[string]any)
@@ -602,14 +623,14 @@ func loadVariable(doc docSource, entry contextEntry, deleting bool) error {
 	if output == nil {
 		return fmt.Errorf("failed to add context entry for variable %s since it evaluated to nil", entry.Name)
 	}
-	setPath(doc(), entry.Name, jsonValue(output))
+	setPath(doc().vars, entry.Name, jsonValue(output))
 	return nil
 }
 
 // setPath sets a dotted name (a.b.c) in doc, as Kyverno's context does.
-func setPath(doc document, name string, value any) {
+func setPath(doc map[string]any, name string, value any) {
 	parts := strings.Split(name, ".")
-	m := map[string]any(doc)
+	m := doc
 	for _, p := range parts[:len(parts)-1] {
 		next, ok := m[p].(map[string]any)
 		if !ok {

@@ -1,8 +1,8 @@
 // Package kyverno judges Kyverno ClusterPolicies and Policies (kyverno.io/v1
 // and v2beta1) as users keep them: validate rules with pattern,
 // anyPattern, deny conditions, preconditions, foreach (nested), `{{ }}`
-// variables with Kyverno's JMESPath and its functions, variable context
-// entries, match and exclude (kinds, names, namespaces, annotations,
+// variables with Kyverno's JMESPath and its functions (and its images
+// variable), variable context entries, match and exclude (kinds, names, namespaces, annotations,
 // selectors, operations, subjects), failureAction per rule, applyRules,
 // failurePolicy, pre-existing violations on UPDATE, and the rules Kyverno
 // generates for Pod controllers (autogen).
@@ -122,6 +122,7 @@ func Parse(d dialect.Document) (*Policy, *problem.Problem) {
 			return nil, errAt(ruleLine(d.Node, r.Name, d.Line), "spec.rules", "rule %q: %v", r.Name, err)
 		}
 		p.rules = append(p.rules, nr)
+		p.readsImages = p.readsImages || nr.readsImages
 	}
 	return p, nil
 }
@@ -159,7 +160,7 @@ func checkRule(file string, line, i int, r *ruleSpec) *problem.Problem {
 	case r.CELPreconditions != nil:
 		return refuse(".celPreconditions", "celPreconditions are not supported; write preconditions")
 	case r.ImageExtractors != nil:
-		return refuse(".imageExtractors", "imageExtractors are not supported")
+		return refuse(".imageExtractors", "imageExtractors only change what Kyverno's verifyImages rules read; a validate rule's {{ images }} always reads the Pod's containers, initContainers and ephemeralContainers (of a Pod controller's template too): remove them")
 	}
 	v := r.Validate
 	switch {

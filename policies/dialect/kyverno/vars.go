@@ -24,8 +24,13 @@ var variablePattern = regexp.MustCompile(`(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\
 // document is Kyverno's JSON context of one request as a plain JSON
 // document: request.{object,oldObject,operation,userInfo,namespace},
 // serviceAccountName and serviceAccountNamespace, foreach elements and
-// context variables at the top level.
-type document map[string]any
+// context variables at the top level; and `images`, put in when a query
+// reads it, as Kyverno's deferred loader does.
+type document struct {
+	vars map[string]any
+	// images is nil for a rule that never names images.
+	images *imageSource
+}
 
 // docSource gives a rule its document, built on first use: a pattern
 // without variables that holds never pays for it.
@@ -35,7 +40,7 @@ type docSource func() document
 func lazyDocument(build func() document) docSource {
 	var d document
 	return func() document {
-		if d == nil {
+		if d.vars == nil {
 			d = build()
 		}
 		return d
@@ -43,17 +48,28 @@ func lazyDocument(build func() document) docSource {
 }
 
 func (d document) clone() document {
-	out := make(document, len(d)+4)
-	for k, v := range d {
+	out := make(map[string]any, len(d.vars)+4)
+	for k, v := range d.vars {
 		out[k] = v
 	}
-	return out
+	return document{vars: out, images: d.images}
 }
 
 // query evaluates a JMESPath expression with Kyverno's functions; a path
-// that does not exist is an error, as in Kyverno.
+// that does not exist is an error, as in Kyverno. An expression that
+// reads images loads them first (again, as Kyverno reloads them on each
+// such query); an object without images leaves `images` out.
 func (d document) query(expr string) (any, error) {
-	return search(expr, map[string]any(d))
+	if d.images != nil && readsImages.MatchString(expr) {
+		images, err := d.images.get()
+		if err != nil {
+			return nil, err
+		}
+		if len(images) > 0 {
+			mergeImages(d.vars, images)
+		}
+	}
+	return search(expr, d.vars)
 }
 
 // substitute replaces the variables of every key and leaf string of v,
