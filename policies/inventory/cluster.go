@@ -129,20 +129,10 @@ func (c *Cluster) Ensure(kinds []policies.InventoryKind, reads rego.InventoryRea
 	unserved := false
 	want := map[schema.GroupVersionKind]bool{}
 	for _, k := range kinds {
-		gv, err := schema.ParseGroupVersion(k.APIVersion)
+		gvk, resource, namespaced, err := c.finder.resolve(k)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s:%d: inventory kind %s: %v", policies.RolesFile, k.Line, k, err))
-			continue
-		}
-		gvk := gv.WithKind(k.Kind)
-		resource, namespaced, err := c.finder.find(gvk)
-		if err != nil {
-			if errors.Is(err, errNotServed) {
-				unserved = true
-				problems = append(problems, fmt.Sprintf("%s:%d: inventory kind %s: the API server does not serve it (%v); install its CRD or fix apiVersion and kind", policies.RolesFile, k.Line, k, err))
-			} else {
-				problems = append(problems, fmt.Sprintf("%s:%d: inventory kind %s: the API server's discovery did not answer: %v", policies.RolesFile, k.Line, k, err))
-			}
+			unserved = unserved || errors.Is(err, errNotServed)
+			problems = append(problems, err.Error())
 			continue
 		}
 		want[gvk] = true

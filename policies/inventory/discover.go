@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+
+	"github.com/quantumnode/qn-admission/policies"
 )
 
 // errNotServed says the API server does not serve a kind.
@@ -38,6 +40,25 @@ func newResourceFinder(cfg *rest.Config) (*resourceFinder, error) {
 		host = "https://" + host
 	}
 	return &resourceFinder{client: client, host: strings.TrimSuffix(host, "/") + strings.TrimSuffix(cfg.APIPath, "/")}, nil
+}
+
+// resolve is the kind, resource and scope of a declared inventory kind; the
+// error names its line in roles.yaml and wraps errNotServed when the API
+// server answered that it does not serve it.
+func (f *resourceFinder) resolve(k policies.InventoryKind) (schema.GroupVersionKind, schema.GroupVersionResource, bool, error) {
+	gv, err := schema.ParseGroupVersion(k.APIVersion)
+	if err != nil {
+		return schema.GroupVersionKind{}, schema.GroupVersionResource{}, false, fmt.Errorf("%s:%d: inventory kind %s: %v", policies.RolesFile, k.Line, k, err)
+	}
+	gvk := gv.WithKind(k.Kind)
+	resource, namespaced, err := f.find(gvk)
+	switch {
+	case errors.Is(err, errNotServed):
+		return gvk, resource, namespaced, fmt.Errorf("%s:%d: inventory kind %s: the API server does not serve it (%w); install its CRD or fix apiVersion and kind", policies.RolesFile, k.Line, k, err)
+	case err != nil:
+		return gvk, resource, namespaced, fmt.Errorf("%s:%d: inventory kind %s: the API server's discovery did not answer: %v", policies.RolesFile, k.Line, k, err)
+	}
+	return gvk, resource, namespaced, nil
 }
 
 // find is the resource of gvk and whether it is namespaced; errNotServed

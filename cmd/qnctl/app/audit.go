@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/quantumnode/qn-admission/policies"
 )
@@ -105,10 +104,14 @@ func runAudit(ctx context.Context, opts *commonOptions, o *auditOptions, file st
 		objects, err = readSnapshot(file, s.In)
 	} else {
 		objects, err = listCluster(ctx, o.clusterOptions)
+		if err == nil {
+			err = p.inventoryFromCluster(ctx, o.clusterOptions)
+		}
 	}
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
+	p.warnWithoutInventory(s.Err)
 	stored, others, err := storedNodes(objects, o.Namespace)
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
@@ -270,13 +273,10 @@ func storedNodes(objects []document, namespace string) (nodes []storedNode, othe
 
 // listCluster lists QuantumNodes from the kubeconfig's cluster.
 func listCluster(ctx context.Context, o clusterOptions) ([]document, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.Kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
+	cfg, err := o.restConfig("qnctl-audit")
 	if err != nil {
 		return nil, fmt.Errorf("no FILE given and no cluster to read QuantumNodes from: %w", err)
 	}
-	cfg.UserAgent = "qnctl-audit"
 	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)

@@ -238,6 +238,7 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 	if err := checkRole(p, o.Role); err != nil {
 		return err
 	}
+	p.warnWithoutInventory(s.Err)
 	// Each object of a List or a YAML stream is judged on its own, as
 	// the server judges each object kubectl sends; any denial fails.
 	outcomes := make([]*outcome, 0, len(inputs))

@@ -178,6 +178,16 @@ func runImpact(ctx context.Context, opts *commonOptions, o *impactOptions, snaps
 	if err != nil {
 		return fmt.Errorf("--proposed %s: %w", o.Proposed, err)
 	}
+	if o.Cluster {
+		// Judging the cluster, both sets read its inventory of now.
+		for _, p := range []*policySet{base, proposed} {
+			if err := p.inventoryFromCluster(ctx, o.clusterOptions); err != nil {
+				return &exitError{code: exitBadInput, err: err}
+			}
+		}
+	}
+	base.warnWithoutInventory(s.Err)
+	proposed.warnWithoutInventory(s.Err)
 	// A replay allocates much per request and keeps little (the windows,
 	// the flips): collecting less often is a third of its time.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -57,6 +58,40 @@ func loadPolicies(ctx context.Context, dir string, o *commonOptions, skipTests b
 		p.Inventory = snap
 	}
 	return p, nil
+}
+
+// readsInventory says the set declares inventory kinds and its policies
+// read them: judged without an inventory, those rules say nothing.
+func (p *policySet) readsInventory() bool {
+	return len(p.Set.InventoryKinds()) > 0 && p.Set.Compiled.InventoryReads().Any()
+}
+
+// inventoryFromCluster reads the set's inventory from the kubeconfig's
+// cluster when it reads one and --inventory gave none: judging the
+// cluster's stored objects, the policies read the cluster's inventory, as
+// qn-webhook and qn-controller's audit do.
+func (p *policySet) inventoryFromCluster(ctx context.Context, o clusterOptions) error {
+	if p.Inventory != nil || !p.readsInventory() {
+		return nil
+	}
+	cfg, err := o.restConfig("qnctl")
+	if err != nil {
+		return err
+	}
+	snap, err := inventory.List(ctx, cfg, p.Set.InventoryKinds(), p.Set.Compiled.InventoryReads())
+	if err != nil {
+		return fmt.Errorf("the inventory of %s (%s): %w", p.Source, cfg.Host, err)
+	}
+	p.Inventory = snap
+	return nil
+}
+
+// warnWithoutInventory tells that rules reading data.inventory judge
+// without one: an answer that looks clean may only be uninformed.
+func (p *policySet) warnWithoutInventory(w io.Writer) {
+	if p.Inventory == nil && p.readsInventory() {
+		fmt.Fprintf(w, "qnctl: warning: %s declares an inventory (%s) its policies read, and none was given: those rules judge without it and refuse nothing; give --inventory FILE (kubectl get KINDS -A -o yaml) or judge the cluster\n", p.Source, p.rolesLine("inventory"))
+	}
 }
 
 // rolesLine is "roles.yaml:N" for a dotted path of the role table.

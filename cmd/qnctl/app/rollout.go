@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -39,19 +40,32 @@ func (o *clusterOptions) addFlags(cmd *cobra.Command) {
 	f.StringVarP(&o.Namespace, "namespace", "n", o.Namespace, "Namespace of the QuantumNode; default the context's.")
 }
 
-// client connects to the cluster and returns the namespace to use.
-func (o *clusterOptions) client(userAgent string) (client.Client, string, error) {
+// loader reads the kubeconfig as kubectl does.
+func (o *clusterOptions) loader() clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = o.Kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
-	cfg, err := loader.ClientConfig()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
+}
+
+// restConfig is how to reach the kubeconfig's cluster, as userAgent.
+func (o *clusterOptions) restConfig(userAgent string) (*rest.Config, error) {
+	cfg, err := o.loader().ClientConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("no cluster to talk to (--kubeconfig, $KUBECONFIG, ~/.kube/config): %w", err)
+		return nil, fmt.Errorf("no cluster to talk to (--kubeconfig, $KUBECONFIG, ~/.kube/config): %w", err)
 	}
 	cfg.UserAgent = userAgent
+	return cfg, nil
+}
+
+// client connects to the cluster and returns the namespace to use.
+func (o *clusterOptions) client(userAgent string) (client.Client, string, error) {
+	cfg, err := o.restConfig(userAgent)
+	if err != nil {
+		return nil, "", err
+	}
 	ns := o.Namespace
 	if ns == "" {
-		if ns, _, err = loader.Namespace(); err != nil {
+		if ns, _, err = o.loader().Namespace(); err != nil {
 			return nil, "", fmt.Errorf("the kubeconfig's namespace: %w", err)
 		}
 	}
