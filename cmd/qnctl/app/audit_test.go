@@ -3,15 +3,12 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/quantumnode/qn-admission/test/harness"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 func TestAudit(t *testing.T) {
@@ -175,18 +172,7 @@ func TestAuditReadsALiveCluster(t *testing.T) {
 			t.Fatalf("create %s: %v", obj.GetName(), err)
 		}
 	}
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "auditor", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := adminKubeconfig(t, env, "auditor")
 	code, out, errOut := run(t, "", "audit", "--kubeconfig", path, "--policy-dir", testPolicies)
 	if code != exitFailed {
 		t.Errorf("exit %d, want %d: %s", code, exitFailed, errOut)

@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/quantumnode/qn-admission/test/harness"
 )
@@ -18,11 +17,7 @@ func TestInventorySnapshotsAreWhatPoliciesSee(t *testing.T) {
 	policiesDir := "../../../docs/examples/inventory"
 	snapshot := "testdata/inventory/snapshot.yaml"
 	claim := "testdata/inventory/claim.yaml"
-	cases := map[string]struct {
-		args     []string
-		wantCode int
-		want     []string
-	}{
+	cases := map[string]commandCase{
 		"eval against a snapshot refuses a claimed Node, naming its claimants": {
 			args:     []string{"eval", claim, "--policy-dir", policiesDir, "--inventory", snapshot, "--webhook", "validate"},
 			wantCode: exitFailed,
@@ -49,19 +44,7 @@ func TestInventorySnapshotsAreWhatPoliciesSee(t *testing.T) {
 			want:     []string{"--inventory: inventory: open testdata/inventory/missing.yaml"},
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			code, stdout, stderr := run(t, "", tc.args...)
-			if code != tc.wantCode {
-				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout, stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(stdout+stderr, w) {
-					t.Errorf("output lacks %q:\n%s%s", w, stdout, stderr)
-				}
-			}
-		})
-	}
+	runCommandCases(t, cases, nil)
 }
 
 // Judging a live cluster's QuantumNodes, qnctl reads the inventory the
@@ -89,28 +72,13 @@ func TestAuditAndImpactOfAClusterReadItsInventory(t *testing.T) {
 			t.Fatalf("create %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "auditor", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := adminKubeconfig(t, env, "auditor")
 	policiesDir := "../../../docs/examples/inventory"
 	free := filepath.Join(t.TempDir(), "free.yaml")
 	if err := os.WriteFile(free, []byte("apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: worker-1}}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cases := map[string]struct {
-		args     []string
-		wantCode int
-		want     []string
-	}{
+	cases := map[string]commandCase{
 		"audit flags both claims from the cluster's own inventory": {
 			args:     []string{"audit", "--kubeconfig", path, "--policy-dir", policiesDir},
 			wantCode: exitFailed,
@@ -127,6 +95,24 @@ func TestAuditAndImpactOfAClusterReadItsInventory(t *testing.T) {
 			want:     []string{"edge/edge-1", "edge/edge-2", "already claimed by QuantumNode edge/edge-2"},
 		},
 	}
+	runCommandCases(t, cases, func(t *testing.T, stderr string) {
+		if strings.Contains(stderr, "warning") {
+			t.Errorf("a warning of a missing inventory while judging the cluster:\n%s", stderr)
+		}
+	})
+}
+
+// commandCase is one qnctl run: its arguments, exit code and what its
+// output must hold.
+type commandCase struct {
+	args     []string
+	wantCode int
+	want     []string
+}
+
+// runCommandCases runs each case as a subtest, and also, when set, check
+// on its stderr.
+func runCommandCases(t *testing.T, cases map[string]commandCase, check func(t *testing.T, stderr string)) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			code, stdout, stderr := run(t, "", tc.args...)
@@ -138,8 +124,8 @@ func TestAuditAndImpactOfAClusterReadItsInventory(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s%s", w, stdout, stderr)
 				}
 			}
-			if strings.Contains(stderr, "warning") {
-				t.Errorf("a warning of a missing inventory while judging the cluster:\n%s", stderr)
+			if check != nil {
+				check(t, stderr)
 			}
 		})
 	}

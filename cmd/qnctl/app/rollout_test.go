@@ -69,18 +69,7 @@ func TestRolloutHistoryAndUndoAgainstALiveCluster(t *testing.T) {
 	if err := c.Status().Update(ctx, qn); err != nil {
 		t.Fatal(err)
 	}
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := adminKubeconfig(t, env, "operator")
 	kc := []string{"--kubeconfig", path, "-n", "lab"}
 
 	code, out, errOut := run(t, "", append([]string{"rollout", "history", "edge-1"}, kc...)...)
@@ -131,4 +120,23 @@ func TestRolloutHistoryAndUndoAgainstALiveCluster(t *testing.T) {
 	if !slices.ContainsFunc(stored.ManagedFields, func(m metav1.ManagedFieldsEntry) bool { return m.Manager == rolloutFieldManager }) {
 		t.Errorf("no managedFields entry of %s", rolloutFieldManager)
 	}
+}
+
+// adminKubeconfig is a kubeconfig file for user, a cluster admin of env's
+// control plane, as a person running qnctl holds one.
+func adminKubeconfig(t *testing.T, env *envtest.Environment, user string) string {
+	t.Helper()
+	u, err := env.ControlPlane.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
