@@ -71,6 +71,9 @@ func TestNoAdditionalResourcesByDefault(t *testing.T) {
 	if v, ok := flag(c.Args, "additional-resources"); ok {
 		t.Errorf("--additional-resources=%s with the default values", v)
 	}
+	if strings.Contains(rel.Notes, "additionalResources") {
+		t.Errorf("NOTES.txt speaks of additional resources with the default values:\n%s", rel.Notes)
+	}
 }
 
 // Each failurePolicy gets an entry of its own, Ignore unless an entry says
@@ -147,6 +150,15 @@ func TestAdditionalResourcesRenderAsTheirOwnWebhookEntries(t *testing.T) {
 			if !slices.Equal(r.APIGroups, []string{"qn.dev"}) {
 				t.Errorf("mutating %s: rule %+v: the additional resources are for validation only", w.Name, r.Rule)
 			}
+		}
+	}
+
+	for _, want := range []string{
+		"pods (core v1): CREATE, UPDATE, failurePolicy Ignore: while no replica answers, these writes are admitted unjudged",
+		"deployments, statefulsets (apps v1): CREATE, failurePolicy Fail: while no replica answers, these writes are refused",
+	} {
+		if !strings.Contains(rel.Notes, want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", want, rel.Notes)
 		}
 	}
 
