@@ -120,13 +120,14 @@ type webhookView struct {
 // which parses their PromQL (scaler_test.go holds its properties).
 const scalerWebhookName = "validate.horizontalqnscalers.qn.dev"
 
-// webhooks lists the QuantumNode webhooks of both configurations.
+// webhooks lists the QuantumNode webhooks of both configurations (not the
+// scalers' nor webhook.additionalResources' entries: additional_test.go).
 func webhooks(t *testing.T, rel *chartrender.Release) []webhookView {
 	t.Helper()
 	v, m := validating(t, rel), mutating(t, rel)
 	var out []webhookView
 	for _, w := range v.Webhooks {
-		if w.Name == scalerWebhookName {
+		if w.Name == scalerWebhookName || strings.HasPrefix(w.Name, "validate-additional") {
 			continue
 		}
 		out = append(out, webhookView{"ValidatingWebhookConfiguration", w.Name, w.ClientConfig, w.Rules, w.FailurePolicy,

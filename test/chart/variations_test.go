@@ -433,6 +433,20 @@ var variations = map[string]struct {
 			}
 		},
 	},
+	"additional resources: Pods (Ignore) and Deployments (Fail) in entries of their own, told to qn-webhook": {
+		values: additionalValues,
+		check: func(t *testing.T, rel *chartrender.Release) {
+			for _, name := range []string{additionalWebhookName, additionalFailWebhookName} {
+				if validatingWebhook(t, rel, name) == nil {
+					t.Errorf("no %s entry", name)
+				}
+			}
+			c := container(t, &webhookDeployment(t, rel).Spec.Template.Spec, "qn-webhook")
+			if v, _ := flag(c.Args, "additional-resources"); v != "pods.v1:CREATE,UPDATE" {
+				t.Errorf("--additional-resources=%s, want pods.v1:CREATE,UPDATE first", v)
+			}
+		},
+	},
 }
 
 func TestVariations(t *testing.T) {

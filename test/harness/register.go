@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,61 @@ type WebhookRegistration struct {
 	FailurePolicy admissionregistrationv1.FailurePolicyType
 	// NamespaceSelector scopes the webhooks; kube-system is always excluded.
 	NamespaceSelector *metav1.LabelSelector
+	// AdditionalResources register the validating webhook for more
+	// resources, as the chart's webhook.additionalResources do.
+	AdditionalResources []AdditionalRule
+}
+
+// AdditionalRule is one entry of the chart's webhook.additionalResources.
+// RegisterWebhooks renders the entries as the chart does: one validating
+// webhook per failurePolicy (validate-additional.<name>.qn.dev, Ignore;
+// validate-additional-fail.<name>.qn.dev, Fail), namespaced objects only,
+// with the QuantumNode webhook's namespace selector, side effects, timeout
+// and matchPolicy.
+type AdditionalRule struct {
+	APIGroups, APIVersions, Resources []string
+	// Operations default to CREATE and UPDATE.
+	Operations []admissionregistrationv1.OperationType
+	// FailurePolicy defaults to Ignore.
+	FailurePolicy admissionregistrationv1.FailurePolicyType
+}
+
+// AdditionalResourceArgs are the qn-webhook flags the chart renders for
+// rules: one --additional-resources=RESOURCE.VERSION[.GROUP]:OPS each.
+func AdditionalResourceArgs(rules []AdditionalRule) []string {
+	var args []string
+	for _, r := range rules {
+		ops := make([]string, 0, len(r.Operations))
+		for _, op := range r.operations() {
+			ops = append(ops, string(op))
+		}
+		for _, g := range r.APIGroups {
+			for _, v := range r.APIVersions {
+				for _, res := range r.Resources {
+					spec := res + "." + v
+					if g != "" {
+						spec += "." + g
+					}
+					args = append(args, "--additional-resources="+spec+":"+strings.Join(ops, ","))
+				}
+			}
+		}
+	}
+	return args
+}
+
+func (r AdditionalRule) operations() []admissionregistrationv1.OperationType {
+	if len(r.Operations) == 0 {
+		return []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	}
+	return r.Operations
+}
+
+func (r AdditionalRule) failurePolicy() admissionregistrationv1.FailurePolicyType {
+	if r.FailurePolicy == "" {
+		return admissionregistrationv1.Ignore
+	}
+	return r.FailurePolicy
 }
 
 // RegisterWebhooks creates (or replaces) the Validating and Mutating
@@ -77,6 +133,37 @@ func RegisterWebhooks(ctx context.Context, kube kubernetes.Interface, r WebhookR
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
 		}},
+	}
+	// webhook.additionalResources, as the chart renders them.
+	namespaced := admissionregistrationv1.NamespacedScope
+	for _, policy := range []admissionregistrationv1.FailurePolicyType{admissionregistrationv1.Ignore, admissionregistrationv1.Fail} {
+		var additional []admissionregistrationv1.RuleWithOperations
+		for _, a := range r.AdditionalResources {
+			if a.failurePolicy() == policy {
+				additional = append(additional, admissionregistrationv1.RuleWithOperations{
+					Operations: a.operations(),
+					Rule:       admissionregistrationv1.Rule{APIGroups: a.APIGroups, APIVersions: a.APIVersions, Resources: a.Resources, Scope: &namespaced},
+				})
+			}
+		}
+		if len(additional) == 0 {
+			continue
+		}
+		name := "validate-additional." + r.Name + ".qn.dev"
+		if policy == admissionregistrationv1.Fail {
+			name = "validate-additional-fail." + r.Name + ".qn.dev"
+		}
+		validating.Webhooks = append(validating.Webhooks, admissionregistrationv1.ValidatingWebhook{
+			Name:                    name,
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &r.ValidateURL, CABundle: r.CABundle},
+			Rules:                   additional,
+			FailurePolicy:           &policy,
+			MatchPolicy:             &equivalent,
+			NamespaceSelector:       selector,
+			SideEffects:             &sideEffects,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		})
 	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: r.Name},

@@ -400,6 +400,16 @@ func candidateSourceStatus(dir string, st health.ReloadState) string {
 
 // buildHandler builds the admission handler.
 func (p *Program) buildHandler(context.Context) error {
+	// What the API server sends us, as the chart registered it: said in
+	// the log and /readyz?verbose, so a reader knows which kinds the
+	// policies are asked about (Validate parsed the flag already).
+	additional, err := webhook.ParseAdditionalResources(p.Options.AdditionalResources)
+	if err != nil {
+		return fmt.Errorf("--additional-resources: %w", err)
+	}
+	registeredFor := webhook.RegisteredFor(additional)
+	p.Logger.Info("registration", "registeredFor", registeredFor)
+	p.Checks = append(p.Checks, health.Check{Name: "registration", Detail: func() string { return registeredFor }})
 	// QuantumNodes are judged by the policy engine (and again by the
 	// shadow set when there is one); HorizontalQNScalers by the PromQL
 	// check of their queries (their webhook entry is separate,

@@ -136,6 +136,14 @@ type Options struct {
 
 	// Inventory is the cluster inventory policies read (inventory.go).
 	Inventory InventoryOptions
+
+	// AdditionalResources are the resources, beyond QuantumNodes and
+	// HorizontalQNScalers, its validating webhook is registered for (the
+	// chart's webhook.additionalResources), in the form
+	// RESOURCE.VERSION[.GROUP][:OPERATION,...]. They change no answer:
+	// qn-webhook judges whatever it is sent. They say truly, in
+	// /readyz?verbose and the log, what it is asked.
+	AdditionalResources []string
 }
 
 // LoadOptions are how every policy set of the process loads.
@@ -242,6 +250,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.OTLPInsecure, "otlp-insecure", o.OTLPInsecure, "Send traces to --otlp-endpoint without TLS.")
 	fs.Float64Var(&o.TraceSampleRatio, "trace-sample-ratio", o.TraceSampleRatio, "Share of requests traced when the caller (the API server) sent no sampling decision; its decision is followed when it does.")
 	fs.BoolVar(&o.Profiling, "pprof", o.Profiling, "Serve net/http/pprof under /debug/pprof/ on --probe-address (off by default: profiles show request data and cost CPU).")
+	fs.StringArrayVar(&o.AdditionalResources, "additional-resources", o.AdditionalResources, "A resource besides QuantumNodes and HorizontalQNScalers the validating webhook is registered for, as RESOURCE.VERSION[.GROUP][:OPERATION,...] (pods.v1, deployments.v1.apps:CREATE,UPDATE; CREATE,UPDATE when none); repeat for several. The chart passes webhook.additionalResources; it changes no answer, it says in /readyz?verbose what the webhook is asked (qnctl eval takes the same flag).")
 	fs.DurationVar(&o.WindowStoreTimeout, "window-store-timeout", o.WindowStoreTimeout, "How long one rate window call may wait for the store; past it each role's window.onStoreError (failOpen or failClosed) decides.")
 }
 
@@ -302,6 +311,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Inventory.Validate(); err != nil {
 		return err
+	}
+	if _, err := webhook.ParseAdditionalResources(o.AdditionalResources); err != nil {
+		return fmt.Errorf("--additional-resources: %w", err)
 	}
 	if o.WindowStore == WindowStoreRedis {
 		if err := o.RedisConfig().Validate(); err != nil {

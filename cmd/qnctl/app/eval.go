@@ -20,6 +20,7 @@ import (
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/internal/words"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/webhook"
 )
 
 // Output formats of eval.
@@ -59,6 +60,10 @@ type evalOptions struct {
 	Trace         string
 	SkipRegoTests bool
 	AllowEmpty    bool
+	// AdditionalResources are the chart's webhook.additionalResources, as
+	// qn-webhook's --additional-resources takes them.
+	AdditionalResources []string
+	additional          []webhook.AdditionalResource
 }
 
 func newEvalCommand(opts *commonOptions, s Streams) *cobra.Command {
@@ -89,7 +94,11 @@ registers no mutating webhook for scalers. Requests qn-webhook is not
 registered for (a Pod, a Deployment, a scaler's DELETE) are answered too,
 but the API server never sends them to it: they are named as not checked,
 and when nothing else was given the exit code is 2 (--allow-empty accepts
-that).
+that). A release that registers the validating webhook for more resources
+(the chart's webhook.additionalResources) is given the same list with
+--additional-resources, as the chart gives it to qn-webhook: those requests
+are then judged by the validating webhook only, as the API server sends
+them.
 
 Exit codes: 0 allowed, 1 denied, 2 usage error, bad input, a policy
 directory that does not load, or no request qn-webhook is registered for.`,
@@ -109,7 +118,11 @@ directory that does not load, or no request qn-webhook is registered for.`,
   qnctl eval review.json --webhook validate -o review
 
   # Why was it denied, rule by rule, with the failing expressions of the Rego trace
-  qnctl eval review.json --explain --trace=fails`,
+  qnctl eval review.json --explain --trace=fails
+
+  # A Pod, in a release whose values register the webhook for Pods too
+  # (webhook.additionalResources: [{apiGroups: [""], apiVersions: [v1], resources: [pods]}])
+  qnctl eval pod.yaml --policy-dir ./policies --additional-resources pods.v1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runEval(cmd.Context(), opts, o, args[0], cmd.Flags().Changed, s)
@@ -138,6 +151,7 @@ directory that does not load, or no request qn-webhook is registered for.`,
 	f.StringVar(&o.Trace, "trace", "", "With the explanation, print the Rego trace: full, fails or notes (implies --explain).")
 	f.Lookup("trace").NoOptDefVal = "full"
 	f.BoolVar(&o.AllowEmpty, "allow-empty", false, "Exit by the answers even when no request is one qn-webhook is registered for (the API server never sends it the others).")
+	f.StringArrayVar(&o.AdditionalResources, "additional-resources", nil, "A resource besides QuantumNodes the release registers the validating webhook for (the chart's webhook.additionalResources), as qn-webhook takes it: RESOURCE.VERSION[.GROUP][:OPERATION,...], e.g. pods.v1 or deployments.v1.apps:CREATE,UPDATE (CREATE,UPDATE when none); repeat for several. Its requests are then checked, by the validating webhook only.")
 	f.BoolVar(&o.SkipRegoTests, "skip-rego-tests", false, "Load the policies without running their Rego unit tests (qn-webhook refuses a set whose tests fail).")
 	_ = cmd.MarkFlagFilename("old", "yaml", "yml", "json")
 	_ = cmd.MarkFlagDirname("policy-dir")
@@ -187,6 +201,11 @@ func (o *evalOptions) validate() (time.Time, error) {
 	if o.WindowCount < 0 {
 		return time.Time{}, usagef("--window-count %d is negative; give the number of changes already made", o.WindowCount)
 	}
+	additional, err := webhook.ParseAdditionalResources(o.AdditionalResources)
+	if err != nil {
+		return time.Time{}, usagef("--additional-resources: %v", err)
+	}
+	o.additional = additional
 	if o.Operation != "" {
 		if _, err := parseOperation(o.Operation); err != nil {
 			return time.Time{}, err
@@ -251,7 +270,7 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 			return err
 		}
 		hooks := o.Webhook
-		if kind, registered, ok := registration(review, o.Webhook); !ok {
+		if kind, registered, ok := registration(review, o.Webhook, o.additional); !ok {
 			ungoverned = append(ungoverned, fmt.Sprintf("%s (%s)", input.Name, kind))
 		} else {
 			hooks = registered
@@ -267,7 +286,7 @@ func runEval(ctx context.Context, opts *commonOptions, o *evalOptions, file stri
 		return err
 	}
 	if len(ungoverned) > 0 {
-		fmt.Fprintf(s.Err, "not checked: %s: %s; the API server never sends it these requests, whatever the answers above say\n", strings.Join(ungoverned, ", "), registeredFor)
+		fmt.Fprintf(s.Err, "not checked: %s: %s; the API server never sends it these requests, whatever the answers above say\n", strings.Join(ungoverned, ", "), webhook.RegisteredFor(o.additional))
 		if len(ungoverned) == len(outcomes) && !o.AllowEmpty {
 			return &exitError{code: exitBadInput, err: fmt.Errorf("nothing was checked: no request is one qn-webhook is registered for; --allow-empty exits by the answers anyway")}
 		}
@@ -590,20 +609,20 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// registeredFor says which requests the chart registers qn-webhook for
-// (charts/qn-admission/templates/webhook).
-const registeredFor = "qn-webhook is registered for qn.dev QuantumNodes, and for HorizontalQNScalers' CREATE and UPDATE by its validating webhook only"
-
 // registration says whether the chart registers qn-webhook for a review
-// (its kind and operation), names its kind, and says which of the asked
-// webhooks (both, validate, mutate) the API server would call: a
-// HorizontalQNScaler is sent to the validating webhook only, so "both"
-// asks that one.
-func registration(review []byte, asked string) (kind, hooks string, ok bool) {
+// (its kind and operation, or for the additional resources its resource),
+// names its kind, and says which of the asked webhooks (both, validate,
+// mutate) the API server would call: a HorizontalQNScaler and an
+// additional resource are sent to the validating webhook only, so "both"
+// asks that one. webhook.RegisteredFor says the same in words
+// (charts/qn-admission/templates/webhook).
+func registration(review []byte, asked string, additional []webhook.AdditionalResource) (kind, hooks string, ok bool) {
 	var rev struct {
 		Request struct {
-			Kind      struct{ Group, Kind string } `json:"kind"`
-			Operation string                       `json:"operation"`
+			Kind        struct{ Group, Kind string }     `json:"kind"`
+			Resource    struct{ Group, Resource string } `json:"resource"`
+			SubResource string                           `json:"subResource"`
+			Operation   string                           `json:"operation"`
 		} `json:"request"`
 	}
 	_ = json.Unmarshal(review, &rev)
@@ -621,6 +640,15 @@ func registration(review []byte, asked string) (kind, hooks string, ok bool) {
 			return kind + " " + op, asked, false
 		}
 		return kind, webhookValidate, true
+	}
+	req := rev.Request
+	for _, r := range additional {
+		if r.Covers(req.Resource.Group, req.Resource.Resource, req.SubResource, req.Operation) {
+			if asked == webhookMutate {
+				return kind + " (validating webhook only)", asked, false
+			}
+			return kind, webhookValidate, true
+		}
 	}
 	return kind, asked, false
 }

@@ -48,6 +48,31 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 				"not checked: stdin (Pod): qn-webhook is registered for qn.dev QuantumNodes",
 				"nothing was checked: no request is one qn-webhook is registered for; --allow-empty"},
 		},
+		"a Pod the release registers the webhook for (--additional-resources) is checked, by the validating webhook only": {
+			args:     []string{"-", "--additional-resources", "pods.v1"},
+			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,
+			wantCode: exitFailed,
+			want:     []string{"validating webhook: DENIED (403 Forbidden)"},
+			wantNot:  []string{"mutating webhook", "not checked", "nothing was checked"},
+		},
+		"a Pod when only Deployments are added is not checked, and the message names what is": {
+			args:     []string{"-", "--webhook", "validate", "--additional-resources", "deployments.v1.apps:CREATE"},
+			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,
+			wantCode: exitBadInput,
+			want: []string{"not checked: stdin (Pod): qn-webhook is registered for qn.dev QuantumNodes, and for HorizontalQNScalers' CREATE and UPDATE by its validating webhook only; " +
+				"and, by --additional-resources (webhook.additionalResources), for CREATE of apps/v1 deployments by its validating webhook only"},
+		},
+		"a Pod's DELETE when Pods are added for CREATE and UPDATE is not checked": {
+			args:     []string{"-", "--webhook", "validate", "--operation", "DELETE", "--additional-resources", "pods.v1"},
+			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,
+			wantCode: exitBadInput,
+			want:     []string{"not checked: stdin (Pod)"},
+		},
+		"a subresource in --additional-resources is a usage error": {
+			args:     []string{valid, "--additional-resources", "pods/exec.v1"},
+			wantCode: exitBadInput,
+			want:     []string{`--additional-resources: additional resource "pods/exec.v1": name one resource (pods.v1), never a wildcard or a subresource`},
+		},
 		"a Pod with --allow-empty exits by its answer": {
 			args:     []string{"-", "--webhook", "validate", "--allow-empty"},
 			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,

@@ -28,11 +28,23 @@ clientConfig:
   caBundle: {{ .root.Values.certificates.secret.caBundle }}
   {{- end }}
 rules:
+{{- if .rules }}
+  {{- /* webhook.additionalResources: namespaced objects only, so a
+  cluster-scoped resource never escapes the namespace exclusions below. */}}
+  {{- range .rules }}
+  - apiGroups: {{ toJson .apiGroups }}
+    apiVersions: {{ toJson .apiVersions }}
+    resources: {{ toJson .resources }}
+    operations: {{ toJson (.operations | default (list "CREATE" "UPDATE")) }}
+    scope: Namespaced
+  {{- end }}
+{{- else }}
   - apiGroups: ["qn.dev"]
     apiVersions: ["v1alpha1"]
     resources: [{{ .resource | default "quantumnodes" | quote }}]
     operations: {{ toJson .operations }}
     scope: Namespaced
+{{- end }}
 # Requests for another version of the resource are converted and sent too.
 matchPolicy: Equivalent
 # Only an exclusion list in the values (who controls the release decides):
@@ -47,4 +59,24 @@ failurePolicy: {{ .failurePolicy | default $w.failurePolicy }}
 sideEffects: None
 timeoutSeconds: {{ $w.timeoutSeconds }}
 admissionReviewVersions: ["v1"]
+{{- end -}}
+
+
+{{/*
+The flags that tell qn-webhook what webhook.additionalResources register
+it for, one --additional-resources=RESOURCE.VERSION[.GROUP]:OPS per
+resource (qnctl eval takes the same).
+*/}}
+{{- define "qn-admission.additionalResources.args" -}}
+{{- range .Values.webhook.additionalResources }}
+{{- $ops := join "," (.operations | default (list "CREATE" "UPDATE")) }}
+{{- $entry := . }}
+{{- range $group := $entry.apiGroups }}
+{{- range $version := $entry.apiVersions }}
+{{- range $resource := $entry.resources }}
+{{ printf "- --additional-resources=%s.%s%s:%s" $resource $version (ternary (printf ".%s" $group) "" (ne $group "")) $ops }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
