@@ -94,7 +94,7 @@ func (s *Set) plan(in *Input, path Path) *Plan {
 	if p.Exempt != "" || p.Spec == nil {
 		return p
 	}
-	if w := p.Spec.Window; w != nil && path == PathValidate {
+	if w := p.Spec.Window; w != nil && path == PathValidate && w.Counts(in.Facts.Kind) {
 		p.Window = planWindow(b.role, w, in.Facts)
 	}
 	if path == PathMutate {

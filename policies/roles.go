@@ -144,7 +144,53 @@ type Window struct {
 	// cannot answer: failOpen (the default) admits and counts on this
 	// replica alone, failClosed refuses with 503.
 	OnStoreError window.OnStoreError `yaml:"onStoreError"`
-	Period       time.Duration       `yaml:"-"`
+	// Kinds are the kinds of object whose changes the window counts:
+	// "Kind" for the core group, "group/Kind" otherwise, "*" for every
+	// kind. Default: QuantumNodes only, so a role that also judges Pods or
+	// Deployments (webhook.additionalResources) never rate-limits the
+	// controllers that create them unless it says so.
+	Kinds  []string      `yaml:"kinds"`
+	Period time.Duration `yaml:"-"`
+	// counted is Kinds parsed; nil counts every kind.
+	counted map[windowKind]bool
+}
+
+// windowKind is a kind a window counts, by group and kind.
+type windowKind struct{ group, kind string }
+
+// DefaultWindowKinds are the kinds a window counts when it names none.
+var DefaultWindowKinds = []string{"qn.dev/QuantumNode"}
+
+// Counts reports whether the window counts a change of an object of kind
+// k.
+func (w *Window) Counts(k GroupVersionKind) bool {
+	return w.counted == nil || w.counted[windowKind{group: k.Group, kind: k.Kind}]
+}
+
+// parseWindowKinds parses Kinds, the default when empty; nil means every
+// kind. The error names the entry that is not a kind.
+func parseWindowKinds(kinds []string) (map[windowKind]bool, error) {
+	if len(kinds) == 0 {
+		kinds = DefaultWindowKinds
+	}
+	out := map[windowKind]bool{}
+	for i, k := range kinds {
+		if k == "*" {
+			if len(kinds) > 1 {
+				return nil, fmt.Errorf("kinds[%d]: \"*\" counts every kind; list it alone", i)
+			}
+			return nil, nil
+		}
+		group, kind, grouped := strings.Cut(k, "/")
+		if !grouped {
+			group, kind = "", k
+		}
+		if kind == "" || strings.ContainsAny(kind, "/.*") || kind[0] < 'A' || kind[0] > 'Z' || grouped && (group == "" || strings.Contains(group, "/")) {
+			return nil, fmt.Errorf("kinds[%d]: %q is not a kind; write Kind for the core group (Pod), group/Kind otherwise (apps/Deployment, qn.dev/QuantumNode), or \"*\"", i, k)
+		}
+		out[windowKind{group: group, kind: kind}] = true
+	}
+	return out, nil
 }
 
 // Allows reports whether op is one of the role's operations.
@@ -174,7 +220,7 @@ var allowedKeys = map[string][]string{
 	"":                   {"defaultRole", "exemptions", "roles", "inventory"},
 	"exemptions":         {"users", "groups", "namespaces"},
 	"roles.*":            {"operations", "requesters", "delete", "moveTo", "window", "packages", "patterns", "policies", "enforcement", "packageEnforcement", "patternEnforcement", "onError", "parameters"},
-	"roles.*.window":     {"limit", "period", "key", "onStoreError"},
+	"roles.*.window":     {"limit", "period", "key", "onStoreError", "kinds"},
 	"roles.*.requesters": {"users", "groups", "serviceAccounts"},
 	"roles.*.delete":     {"users", "groups", "serviceAccounts"},
 }
@@ -332,6 +378,11 @@ func (v *validator) role(t *RoleTable, name string, r *Role) {
 		default:
 			v.at(p+".window.key", "%q is not a window key (use user, namespace or role)", w.Key)
 		}
+		counted, err := parseWindowKinds(w.Kinds)
+		if err != nil {
+			v.at(p+".window.kinds", "%v", err)
+		}
+		w.counted = counted
 		switch w.OnStoreError {
 		case "":
 			w.OnStoreError = window.FailOpen

@@ -26,7 +26,7 @@ roles:
 		},
 		"an unknown field inside a window": {
 			src:  strings.Replace(base, "limit: 120", "limt: 120", 1),
-			want: "roles.yaml:5: roles.rt.window.limt: unknown field (known here: limit, period, key, onStoreError)",
+			want: "roles.yaml:5: roles.rt.window.limt: unknown field (known here: limit, period, key, onStoreError, kinds)",
 		},
 		"an unknown exemption kind": {
 			src:  base + "exemptions:\n  serviceAccounts: [x]\n",

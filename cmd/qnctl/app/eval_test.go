@@ -55,6 +55,12 @@ func TestEvalAnswersAsTheWebhookWouldWithExitCodes(t *testing.T) {
 			want:     []string{"validating webhook: DENIED (403 Forbidden)"},
 			wantNot:  []string{"mutating webhook", "not checked", "nothing was checked"},
 		},
+		"--explain says a Pod is not counted in the role's window, which counts QuantumNodes": {
+			args:     []string{"-", "--webhook", "validate", "--additional-resources", "pods.v1", "--explain", "--policy-dir", "../../../rego/bundle"},
+			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,
+			wantCode: exitOK,
+			want:     []string{"not counted: the role's window counts changes of qn.dev/QuantumNode only (roles.yaml:"},
+		},
 		"a Pod when only Deployments are added is not checked, and the message names what is": {
 			args:     []string{"-", "--webhook", "validate", "--additional-resources", "deployments.v1.apps:CREATE"},
 			stdin:    `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"demo"},"spec":{}}`,

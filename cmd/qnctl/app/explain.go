@@ -387,6 +387,12 @@ func writeRoleSteps(tw *textWriter, p *policySet, x *policies.Explanation) {
 	tw.field("enforcement", fmt.Sprintf("%s, onError %s", enforcement(x.Spec), onError(x.Spec)))
 	switch {
 	case x.Path == policies.PathMutate:
+	case x.Window == nil && x.RoleKnown && x.Spec.Window != nil:
+		kinds := x.Spec.Window.Kinds
+		if len(kinds) == 0 {
+			kinds = policies.DefaultWindowKinds
+		}
+		tw.field("window", fmt.Sprintf("not counted: the role's window counts changes of %s only (%s)", strings.Join(kinds, ", "), p.rolesLine("roles."+x.Role+".window")))
 	case x.Window == nil:
 		tw.field("window", "none: the role has no rate window")
 	default:
