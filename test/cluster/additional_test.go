@@ -79,7 +79,9 @@ func TestPodsJudgedWhenRegisteredAsAdditionalResources(t *testing.T) {
 	// admissionPolicy.mode off while the ConfigMap is the source: with it,
 	// qn-controller writes the QuantumNodeRoleTable itself, and the restore
 	// (policies.source bundled again) would have Helm create the chart's
-	// copy over it, which Helm refuses for an object it does not own.
+	// copy over it, which Helm refuses for an object it does not own
+	// ("QuantumNodeRoleTable "qn-admission" ... exists and cannot be
+	// imported into the current release", seen here).
 	s.upgrade(t, map[string]any{
 		"webhook": map[string]any{"additionalResources": []any{
 			map[string]any{"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"pods"}},
