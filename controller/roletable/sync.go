@@ -45,6 +45,39 @@ type Sync struct {
 	// changed.
 	PollInterval, Resync time.Duration
 	Logger               logr.Logger
+	// Labels and Annotations are kept on the object besides what it
+	// holds: Helm's ownership marks (HelmOwnership), so an upgrade that
+	// renders the table itself adopts this one instead of refusing it.
+	Labels, Annotations map[string]string
+}
+
+// HelmOwnership are the label and annotations by which Helm adopts an
+// object it did not create into release name of namespace.
+func HelmOwnership(namespace, name string) (labels, annotations map[string]string) {
+	return map[string]string{"app.kubernetes.io/managed-by": "Helm"},
+		map[string]string{"meta.helm.sh/release-name": name, "meta.helm.sh/release-namespace": namespace}
+}
+
+// keepMarks sets labels and annotations on obj, and says whether any was
+// missing or different.
+func keepMarks(obj metav1.Object, labels, annotations map[string]string) bool {
+	changed := false
+	set := func(get func() map[string]string, put func(map[string]string), want map[string]string) {
+		have := get()
+		for k, v := range want {
+			if have[k] == v {
+				continue
+			}
+			if have == nil {
+				have = map[string]string{}
+			}
+			have[k], changed = v, true
+		}
+		put(have)
+	}
+	set(obj.GetLabels, obj.SetLabels, labels)
+	set(obj.GetAnnotations, obj.SetAnnotations, annotations)
+	return changed
 }
 
 // Start implements manager.Runnable.
@@ -97,6 +130,7 @@ func (s *Sync) sync(ctx context.Context, set *policies.Set) error {
 	err = s.Reader.Get(ctx, client.ObjectKey{Name: s.Name}, have)
 	switch {
 	case kerrors.IsNotFound(err):
+		keepMarks(want, s.Labels, s.Annotations)
 		if err := s.Client.Create(ctx, want, client.FieldOwner(controller.ManagerName)); err != nil {
 			return fmt.Errorf("create QuantumNodeRoleTable %s: %w", s.Name, err)
 		}
@@ -104,7 +138,9 @@ func (s *Sync) sync(ctx context.Context, set *policies.Set) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("read QuantumNodeRoleTable %s: %w", s.Name, err)
-	case equality.Semantic.DeepEqual(have.Spec, want.Spec):
+	}
+	marked := keepMarks(have, s.Labels, s.Annotations)
+	if !marked && equality.Semantic.DeepEqual(have.Spec, want.Spec) {
 		return nil
 	}
 	have.Spec = want.Spec

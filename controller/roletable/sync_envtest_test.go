@@ -17,6 +17,7 @@ import (
 	qnv1alpha1 "github.com/quantumnode/qn-admission/api/v1alpha1"
 	"github.com/quantumnode/qn-admission/controller"
 	"github.com/quantumnode/qn-admission/policies"
+	"github.com/quantumnode/qn-admission/policies/vap"
 	"github.com/quantumnode/qn-admission/rego"
 	testharness "github.com/quantumnode/qn-admission/test/harness"
 )
@@ -163,4 +164,59 @@ func TestEnvtestTheRoleTableFollowsThePolicies(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// With a Helm release named, the table carries Helm's ownership marks,
+// and a table written without them (by an older qn-controller) gets them:
+// an upgrade whose chart renders the table itself then adopts it.
+func TestEnvtestTheRoleTableCarriesHelmsOwnership(t *testing.T) {
+	t.Parallel()
+	_, cfg := testharness.ControlPlane(t, testharness.ControlPlaneOptions{})
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("qn-%d", time.Now().UnixNano())
+	engine := policies.NewEngine(loadRoleTable(t, func(s string) string { return s }), policies.EngineOptions{})
+	labels, annotations := HelmOwnership("qn-system", "qn-admission")
+	s := &Sync{Name: name, Engine: engine, Source: "test", Client: c, Reader: c, PollInterval: 50 * time.Millisecond, Resync: 300 * time.Millisecond,
+		Logger: logr.Discard(), Labels: labels, Annotations: annotations}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = c.Delete(context.Background(), &qnv1alpha1.QuantumNodeRoleTable{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	marked := func() error {
+		rt := &qnv1alpha1.QuantumNodeRoleTable{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, rt); err != nil {
+			return err
+		}
+		if rt.Labels["app.kubernetes.io/managed-by"] != "Helm" || rt.Annotations["meta.helm.sh/release-name"] != "qn-admission" || rt.Annotations["meta.helm.sh/release-namespace"] != "qn-system" {
+			return fmt.Errorf("labels %v, annotations %v", rt.Labels, rt.Annotations)
+		}
+		return nil
+	}
+	// A table an older qn-controller wrote, without the marks.
+	compiled, err := vap.Compile(engine.Current(), vap.Options{Name: name, Source: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(context.Background(), compiled.Params); err != nil {
+		t.Fatal(err)
+	}
+	if marked() == nil {
+		t.Fatal("the table written without marks has them")
+	}
+	go func() { done <- s.Start(ctx) }()
+	testharness.WaitFor(t, 30*time.Second, "the stored table gets Helm's ownership marks", marked)
+	if err := c.Delete(context.Background(), &qnv1alpha1.QuantumNodeRoleTable{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	testharness.WaitFor(t, 30*time.Second, "a table written anew carries them", marked)
 }

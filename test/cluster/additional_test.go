@@ -76,12 +76,10 @@ func TestPodsJudgedWhenRegisteredAsAdditionalResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// admissionPolicy.mode off while the ConfigMap is the source: with it,
-	// qn-controller writes the QuantumNodeRoleTable itself, and the restore
-	// (policies.source bundled again) would have Helm create the chart's
-	// copy over it, which Helm refuses for an object it does not own
-	// ("QuantumNodeRoleTable "qn-admission" ... exists and cannot be
-	// imported into the current release", seen here).
+	// With the ConfigMap as the source qn-controller writes the
+	// QuantumNodeRoleTable; going back to the bundled source (the restore
+	// below) has the chart render it, and Helm adopts qn-controller's copy
+	// by the ownership marks it carries (--role-table-helm-release).
 	s.upgrade(t, map[string]any{
 		"webhook": map[string]any{"additionalResources": []any{
 			map[string]any{"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"pods"}},
@@ -89,7 +87,6 @@ func TestPodsJudgedWhenRegisteredAsAdditionalResources(t *testing.T) {
 		"policies": map[string]any{"source": "configMap", "configMap": map[string]any{"files": map[string]any{
 			"roles.yaml": withWorkloads, "disallow-latest-tag.yaml": string(policy),
 		}}},
-		"admissionPolicy": map[string]any{"mode": "off"},
 	})
 	upgraded := time.Since(start)
 

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -257,6 +258,9 @@ func (p *Program) buildRoleTable(context.Context) error {
 	s := &roletable.Sync{
 		Name: o.RoleTable, Engine: p.Engine, Source: p.Policies.Name(), Client: p.Manager.GetClient(), Reader: p.Manager.GetAPIReader(),
 		PollInterval: o.PolicyPollInterval, Resync: o.RoleTableResync, Logger: p.Manager.GetLogger().WithName("roletable"),
+	}
+	if ns, name, ok := strings.Cut(o.RoleTableHelmRelease, "/"); ok {
+		s.Labels, s.Annotations = roletable.HelmOwnership(ns, name)
 	}
 	if err := p.Manager.Add(s); err != nil {
 		return fmt.Errorf("add the role table sync: %w", err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -77,6 +78,9 @@ type Options struct {
 	// qn-controller keeps equal to the role table of the policies it
 	// serves (--policy-dir, or the bundled ones).
 	RoleTable string
+	// RoleTableHelmRelease is NAMESPACE/NAME of the Helm release whose
+	// ownership marks the role table carries; empty: none.
+	RoleTableHelmRelease string
 	// RoleTableResync rewrites the QuantumNodeRoleTable this often if it
 	// was edited or deleted by hand.
 	RoleTableResync time.Duration
@@ -166,6 +170,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.AuditRate, "audit-rate", o.AuditRate, "QuantumNodes per second a re-audit of every node queues (after a policy change or --audit-interval).")
 	fs.BoolVar(&o.PolicyReports, "policy-reports", o.PolicyReports, "Keep a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (when the cluster serves the kind).")
 	fs.StringVar(&o.RoleTable, "role-table", o.RoleTable, "Keep the QuantumNodeRoleTable of this name (the parameters of the ValidatingAdmissionPolicy qnctl vap compiles) equal to the served policies' role table; empty: off.")
+	fs.StringVar(&o.RoleTableHelmRelease, "role-table-helm-release", o.RoleTableHelmRelease, "NAMESPACE/NAME of the Helm release qn-controller belongs to: the --role-table object carries Helm's ownership label and annotations, so an upgrade whose chart renders the table itself (policies.source bundled) adopts it instead of refusing it; empty: none.")
 	fs.DurationVar(&o.RoleTableResync, "role-table-resync", o.RoleTableResync, "Rewrite the --role-table object this often if it was edited or deleted by hand (it is also written whenever the policies change).")
 	fs.DurationVar(&o.QuiescenceWindow, "quiescence-window", o.QuiescenceWindow, "Hold a status change until the QuantumNode's generation and conditions have been still this long; 0 writes at once.")
 	fs.DurationVar(&o.MaxRequeueDelay, "max-requeue-delay", o.MaxRequeueDelay, "Longest wait for a QuantumNode to become quiescent before its status is written anyway.")
@@ -205,6 +210,8 @@ func (o *Options) Validate(getenv func(string) string) error {
 		return fmt.Errorf("--role-table-resync must be positive, got %s", o.RoleTableResync)
 	case o.RoleTable != "" && len(validation.IsDNS1123Subdomain(o.RoleTable)) > 0:
 		return fmt.Errorf("--role-table %q is not an object name (lowercase letters, digits, '-' and '.')", o.RoleTable)
+	case o.RoleTableHelmRelease != "" && !validHelmRelease(o.RoleTableHelmRelease):
+		return fmt.Errorf("--role-table-helm-release %q is not NAMESPACE/NAME", o.RoleTableHelmRelease)
 	case o.QuiescenceWindow < 0:
 		return fmt.Errorf("--quiescence-window must be 0 (off) or positive, got %s", o.QuiescenceWindow)
 	case o.ProbeWorkers < 1:
@@ -265,4 +272,11 @@ func (o *Options) RESTConfig() (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
 	cfg.Wrap(requestTimeout(o.KubeAPITimeout))
 	return cfg, nil
+}
+
+// validHelmRelease says s is NAMESPACE/NAME: a namespace and a release
+// name, both DNS labels.
+func validHelmRelease(s string) bool {
+	ns, name, ok := strings.Cut(s, "/")
+	return ok && len(validation.IsDNS1123Label(ns)) == 0 && len(validation.IsDNS1123Label(name)) == 0
 }
