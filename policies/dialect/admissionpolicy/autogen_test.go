@@ -13,18 +13,7 @@ import (
 // podPolicy is a Kyverno ValidatingPolicy of Pods (the kind Kyverno
 // generates variants from for Pod controllers) with the spec given.
 func podPolicy(name, spec string) string {
-	return `apiVersion: policies.kyverno.io/v1
-kind: ValidatingPolicy
-metadata:
-  name: ` + name + `
-spec:
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: [v1]
-      resources: [pods]
-      operations: [CREATE, UPDATE]
-` + spec
+	return policyDocument(kindValidatingPolicy, name, `""`, "v1", "pods", spec)
 }
 
 const noLatest = "  validations:\n  - expression: \"object.spec.containers.all(c, !c.image.endsWith(':latest'))\"\n    message: no latest tags\n"

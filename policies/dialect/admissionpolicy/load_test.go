@@ -5,36 +5,41 @@ import (
 	"testing"
 )
 
-// vap is a ValidatingAdmissionPolicy of QuantumNodes whose spec is the
-// rules given, indented under spec.
-func vap(name, spec string) string {
-	return `apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
+// policyKind is a policy document's apiVersion and kind.
+type policyKind struct{ apiVersion, kind string }
+
+var (
+	kindVAP              = policyKind{"admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"}
+	kindValidatingPolicy = policyKind{"policies.kyverno.io/v1", "ValidatingPolicy"}
+)
+
+// policyDocument is a policy of kind k named name, matching CREATE and
+// UPDATE of the resources of group and version, with the rules given
+// indented under spec.
+func policyDocument(k policyKind, name, group, version, resources, spec string) string {
+	return `apiVersion: ` + k.apiVersion + `
+kind: ` + k.kind + `
 metadata:
   name: ` + name + `
 spec:
   matchConstraints:
     resourceRules:
-    - apiGroups: [qn.dev]
-      apiVersions: ["*"]
-      resources: [quantumnodes]
+    - apiGroups: [` + group + `]
+      apiVersions: [` + version + `]
+      resources: [` + resources + `]
       operations: [CREATE, UPDATE]
 ` + spec
 }
 
+// vap is a ValidatingAdmissionPolicy of QuantumNodes whose spec is the
+// rules given, indented under spec.
+func vap(name, spec string) string {
+	return policyDocument(kindVAP, name, "qn.dev", `"*"`, "quantumnodes", spec)
+}
+
+// kyvernoPolicy is a Kyverno ValidatingPolicy of QuantumNodes.
 func kyvernoPolicy(name, spec string) string {
-	return `apiVersion: policies.kyverno.io/v1
-kind: ValidatingPolicy
-metadata:
-  name: ` + name + `
-spec:
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [qn.dev]
-      apiVersions: ["*"]
-      resources: [quantumnodes]
-      operations: [CREATE, UPDATE]
-` + spec
+	return policyDocument(kindValidatingPolicy, name, "qn.dev", `"*"`, "quantumnodes", spec)
 }
 
 // TestLoadErrorsNameFileLineAndReason: everything a file uses that
